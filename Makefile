@@ -1,0 +1,36 @@
+# linectl — the two commands a newcomer needs are `make run` and `make test`.
+# Both create .venv and install the project on first use; nothing else is needed.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test bench lint install clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "linectl needs Python 3.11 or newer")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/linectl up
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@set -e; for script in tests/bench/bench_*.py; do \
+	  [ -e "$$script" ] || { echo "no benchmarks yet"; break; }; \
+	  echo "== $$script"; $(BIN)/python "$$script"; \
+	done
+
+lint: $(STAMP)
+	$(BIN)/ruff check services shared gateway tests migrations
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,101 @@
+"""The error envelope: every error is ``{"error": {"code", "message"}}``.
+
+Views raise :class:`ApiError` (or call :func:`fail`); werkzeug's HTTP errors
+and webargs' validation errors are translated here, so bad input never turns
+into a 5xx and every response has the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import jsonify
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+_CODES = {
+    400: "VALIDATION_ERROR",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "VALIDATION_ERROR",
+    429: "TOO_MANY_REQUESTS",
+    503: "UNAVAILABLE",
+    504: "TIMEOUT",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def fail(status: int, code: str, message: str):
+    raise ApiError(status, code, message)
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None):
+    resp = jsonify({"error": {"code": code, "message": message}})
+    resp.status_code = status
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+def _first_field_error(messages, path=()) -> tuple[str, str]:
+    """webargs' nested ``{location: {field: [msg]}}`` → ("field", "msg")."""
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            if key in ("json", "query", "form", "view_args", "path", "headers", "querystring"):
+                return _first_field_error(value, path)
+            return _first_field_error(value, path + (str(key),))
+    if isinstance(messages, list) and messages:
+        first = messages[0]
+        if isinstance(first, (dict, list)):
+            return _first_field_error(first, path)
+        return ".".join(path) or "body", str(first)
+    return ".".join(path) or "body", str(messages)
+
+
+def handle_http_exception(error: HTTPException):
+    status = error.code or 500
+    data = getattr(error, "data", None) or {}
+    if status == 422 or (status == 400 and "messages" in data):
+        field, msg = _first_field_error(data.get("messages") or data.get("errors") or {})
+        if field == "_schema":
+            field = "body"
+        return error_response(400, "VALIDATION_ERROR", f"{field}: {msg}")
+    code = data.get("code") or _CODES.get(status, "ERROR")
+    message = data.get("message") or error.description or error.name
+    if status == 400 and "JSON" in str(message):
+        message = "body: the request body is not valid JSON"
+    if status >= 500:
+        log.error("HTTP %s: %s", status, message)
+    return error_response(status, code, message, data.get("headers"))
+
+
+def handle_api_error(error: ApiError):
+    return error_response(error.status, error.code, error.message, error.headers)
+
+
+def handle_unexpected(error: Exception):
+    log.exception("unhandled error")
+    return error_response(500, "INTERNAL", "internal error; see the gateway log")
+
+
+def register(app, api=None) -> None:
+    app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(Exception, handle_unexpected)
+    if api is not None:
+        # flask-smorest registers its own HTTPException handler; ours wins.
+        api.handle_http_exception = handle_http_exception

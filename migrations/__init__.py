@@ -1,0 +1,1 @@
+"""Alembic migrations: every table of the project, the transport's included."""

@@ -1,0 +1,52 @@
+"""Alembic environment. The database URL comes from the caller
+(``shared.db.migrate``) or, for the plain ``alembic`` CLI, from linectl's
+settings: one source of truth."""
+
+from alembic import context
+from sqlalchemy import engine_from_config, pool
+
+from shared.db.engine import sqlalchemy_url
+from shared.db.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        from shared.config import load_settings
+
+        url = load_settings().database_url
+        if not url:
+            raise SystemExit("LINECTL_DATABASE_URL is not set (or use `linectl migrate`)")
+    return sqlalchemy_url(url)
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connectable = config.attributes.get("connection")
+    if connectable is not None:
+        context.configure(connection=connectable, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = engine_from_config(
+        {"sqlalchemy.url": _url()}, prefix="sqlalchemy.", poolclass=pool.NullPool
+    )
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

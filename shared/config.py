@@ -1,0 +1,255 @@
+"""Every ``LINECTL_*`` setting, read and validated in one place.
+
+The same :class:`Settings` feeds the nameko services (``nameko_config``), the
+gateway (``create_app(settings)``), Alembic (``shared.db.migrate``) and the
+``linectl`` command. Values come from the environment; a YAML file named by
+``LINECTL_CONFIG`` may provide defaults (the environment wins).
+
+A bad value raises :class:`SettingsError` whose message is one line naming the
+variable; ``linectl`` prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+PREFIX = "LINECTL_"
+ROLES = ("operator", "platform", "runtime", "admin")
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; ``str(err)`` is one line naming it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    amqp_uri: str | None = None
+    data_dir: Path = Path("var")
+    http_host: str = "127.0.0.1"
+    http_port: int = 8000
+    plc: str = "sim"
+    sim_host: str = "127.0.0.1"
+    sim_port: int = 5020
+    sim_speed: float = 1.0
+    tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)  # token -> role
+    tokens_generated: bool = False
+    ai_lock_seconds: int = 60
+    ai_timeout_seconds: int = 120
+    command_wait_seconds: float = 2.0
+    line_file: Path = Path(__file__).resolve().parent.parent / "deploy" / "line.yaml"
+    log_level: str = "INFO"
+    log_format: str = "text"
+    embedded_pg_port: int = 54329
+
+    # -- derived values -------------------------------------------------
+
+    @property
+    def plc_address(self) -> tuple[str, int]:
+        """Where the hardware service finds the PLC (the simulator when ``sim``)."""
+        if self.plc == "sim":
+            return self.sim_host, self.sim_port
+        host, _, port = self.plc.rpartition(":")
+        return host, int(port)
+
+    def resolved_amqp_uri(self, database_url: str | None = None) -> str:
+        """The message transport URI: explicit, else ``pgsql://`` on the database."""
+        if self.amqp_uri:
+            return self.amqp_uri
+        db = database_url or self.database_url
+        if not db:
+            raise SettingsError(
+                "LINECTL_AMQP_URI: unset and no database URL to derive pgsql:// from"
+            )
+        return "pgsql://" + db.split("://", 1)[1]
+
+    def tokens_for(self, role: str) -> list[str]:
+        return [tok for tok, r in self.tokens.items() if r == role]
+
+    def replace(self, **changes) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+# -- parsing helpers ---------------------------------------------------------
+
+
+def _int(name: str, raw: str, lo: int, hi: int) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise SettingsError(f"{PREFIX}{name}: expected an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise SettingsError(f"{PREFIX}{name}: must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _float(name: str, raw: str, lo: float, hi: float) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise SettingsError(f"{PREFIX}{name}: expected a number, got {raw!r}") from None
+    if not (lo < value <= hi) or value != value:
+        raise SettingsError(f"{PREFIX}{name}: must be > {lo} and <= {hi}, got {raw}")
+    return value
+
+
+def _db_url(name: str, raw: str) -> str:
+    raw = raw.strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("postgresql", "postgres", "postgresql+psycopg2"):
+        raise SettingsError(
+            f"{PREFIX}{name}: expected postgresql://user@host:port/db, got scheme {parts.scheme!r}"
+        )
+    if not parts.path.strip("/"):
+        raise SettingsError(f"{PREFIX}{name}: the URL names no database")
+    return "postgresql://" + raw.split("://", 1)[1]
+
+
+def _amqp_uri(name: str, raw: str) -> str:
+    raw = raw.strip()
+    scheme = urlsplit(raw).scheme
+    if scheme not in ("pgsql", "amqp", "amqps", "pyamqp", "memory"):
+        raise SettingsError(
+            f"{PREFIX}{name}: expected pgsql://… or amqp://…, got scheme {scheme!r}"
+        )
+    return raw
+
+
+def _plc(name: str, raw: str) -> str:
+    raw = raw.strip()
+    if raw == "sim":
+        return raw
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"{PREFIX}{name}: expected 'sim' or host:port, got {raw!r}")
+    _int(name, port, 1, 65535)
+    return raw
+
+
+def parse_tokens(name: str, raw: str) -> dict[str, str]:
+    tokens: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        role, sep, token = item.partition(":")
+        role = role.strip()
+        token = token.strip()
+        if not sep or not token:
+            raise SettingsError(f"{PREFIX}{name}: expected role:token pairs separated by commas")
+        if role not in ROLES:
+            raise SettingsError(
+                f"{PREFIX}{name}: unknown role {role!r} (roles: {', '.join(ROLES)})"
+            )
+        if len(token) < 8:
+            raise SettingsError(f"{PREFIX}{name}: the {role} token is shorter than 8 characters")
+        tokens[token] = role
+    if not tokens:
+        raise SettingsError(f"{PREFIX}{name}: no role:token pair given")
+    return tokens
+
+
+def _choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    value = raw.strip()
+    if value.upper() in choices:
+        return value.upper()
+    if value.lower() in choices:
+        return value.lower()
+    raise SettingsError(f"{PREFIX}{name}: expected one of {', '.join(choices)}, got {raw!r}")
+
+
+# name -> (field, parser)
+_PARSERS = {
+    "DATABASE_URL": ("database_url", _db_url),
+    "AMQP_URI": ("amqp_uri", _amqp_uri),
+    "DATA_DIR": ("data_dir", lambda n, r: Path(r).expanduser()),
+    "HTTP_HOST": ("http_host", lambda n, r: r.strip()),
+    "HTTP_PORT": ("http_port", lambda n, r: _int(n, r, 1, 65535)),
+    "PLC": ("plc", _plc),
+    "SIM_HOST": ("sim_host", lambda n, r: r.strip()),
+    "SIM_PORT": ("sim_port", lambda n, r: _int(n, r, 1, 65535)),
+    "SIM_SPEED": ("sim_speed", lambda n, r: _float(n, r, 0.0, 10000.0)),
+    "TOKENS": ("tokens", parse_tokens),
+    "AI_LOCK_SECONDS": ("ai_lock_seconds", lambda n, r: _int(n, r, 1, 86400)),
+    "AI_TIMEOUT_SECONDS": ("ai_timeout_seconds", lambda n, r: _int(n, r, 1, 86400)),
+    "COMMAND_WAIT_SECONDS": ("command_wait_seconds", lambda n, r: _float(n, r, 0.0, 300.0)),
+    "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
+    "LOG_LEVEL": ("log_level", lambda n, r: _choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
+    "LOG_FORMAT": ("log_format", lambda n, r: _choice(n, r, ("text", "json"))),
+    "EMBEDDED_PG_PORT": ("embedded_pg_port", lambda n, r: _int(n, r, 1024, 65535)),
+}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting. Raises :class:`SettingsError`."""
+    env = dict(os.environ if environ is None else environ)
+    raw: dict[str, str] = {}
+
+    config_file = env.get(PREFIX + "CONFIG")
+    if config_file:
+        try:
+            data = yaml.safe_load(Path(config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(f"{PREFIX}CONFIG: cannot read {config_file}: {exc}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{PREFIX}CONFIG: {config_file} is not a mapping")
+        for key, value in data.items():
+            key = str(key).upper().removeprefix(PREFIX)
+            if key not in _PARSERS:
+                raise SettingsError(f"{PREFIX}CONFIG: unknown setting {key!r} in {config_file}")
+            raw[key] = "" if value is None else str(value)
+
+    for key in _PARSERS:
+        if PREFIX + key in env:
+            raw[key] = env[PREFIX + key]
+
+    values = {}
+    for key, text in raw.items():
+        if text.strip() == "":
+            continue  # an empty variable means "unset"
+        field, parser = _PARSERS[key]
+        values[field] = parser(key, text)
+
+    settings = Settings(**values)
+    return settings
+
+
+def ensure_tokens(settings: Settings) -> Settings:
+    """Tokens from settings, else from ``<data_dir>/tokens``, else generated there.
+
+    Generated tokens are written once (mode 0600) and reported by the caller;
+    they are never logged.
+    """
+    if settings.tokens:
+        return settings
+    path = Path(settings.data_dir) / "tokens"
+    if path.exists():
+        return settings.replace(tokens=parse_tokens("TOKENS", path.read_text()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pairs = ",".join(f"{role}:{secrets.token_urlsafe(24)}" for role in ROLES)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(pairs + "\n")
+    return settings.replace(tokens=parse_tokens("TOKENS", pairs), tokens_generated=True)
+
+
+def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
+    """The nameko config dict for a service process, derived from settings."""
+    db = database_url or settings.database_url
+    return {
+        "AMQP_URI": settings.resolved_amqp_uri(db),
+        "serializer": "json",
+        "max_workers": 20,
+        "parent_calls_tracked": 10,
+        "LINECTL_DATABASE_URL": db,
+        "LOGGING": {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"console": {"class": "logging.StreamHandler"}},
+            "root": {"level": settings.log_level, "handlers": ["console"]},
+        },
+    }

@@ -1,0 +1,1 @@
+"""Database access shared by every process: models, engines, the embedded server."""

@@ -1,0 +1,40 @@
+"""Engines and sessions. Always psycopg2: eventlet can make it cooperative
+(SQLAlchemy 2.1 would map ``postgresql://`` to psycopg 3, which it cannot)."""
+
+from __future__ import annotations
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``postgresql://…`` / ``postgres://…`` / ``pgsql://…`` → ``postgresql+psycopg2://…``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL: {url!r}")
+    return "postgresql+psycopg2://" + rest
+
+
+def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, **kwargs) -> Engine:
+    engine = create_engine(
+        sqlalchemy_url(url),
+        pool_size=pool_size,
+        max_overflow=kwargs.pop("max_overflow", 10),
+        pool_pre_ping=True,
+        future=True,
+        **kwargs,
+    )
+    if read_only:
+        # The gateway reads only; a write attempt fails in PostgreSQL itself.
+        @event.listens_for(engine, "connect")
+        def _read_only(dbapi_conn, _record):
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_conn.commit()
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine, expire_on_commit=False, future=True)

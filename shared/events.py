@@ -1,0 +1,83 @@
+"""Names and payload shapes of what crosses a service boundary.
+
+Both services and the gateway import these, so a renamed event or RPC is a
+changed constant here, never a string drifting apart in two places. Payloads
+are JSON objects with camelCase keys (the HTTP contract's convention).
+
+Hardware → line_controller (nameko events dispatched by ``hardware``)
+------------------------------------------------------------------------
+Worker results, exactly one per accepted action, keyed by the caller's
+correlation id (the line_controller's task id, as a string)::
+
+    {"correlationId": "17", "action": "BUFFER_TO_EQUIPMENT", "actionId": 5,
+     "durationMs": 812, "data": {...}}                       # *Succeeded
+    {"correlationId": "17", "action": "...", "actionId": 5,
+     "errorCode": "PLC_ERROR", "errorMessage": "..."}         # *Failed
+
+PLC signals, once per edge::
+
+    MachineDone      {"machineId": "MC1", "slotNo": 2?, "jobId": 41?, "pass": true?}
+    InspectionResult {"machineId": "INSP1", "slotNo": 1?, "jobId": 41?, "pass": false,
+                      "details": {...}?}
+    PalletArrived    {"count": 4}
+    PlcConnection    {"connected": false, "error": "..."}
+
+line_controller → gateway (nameko event ``line_events``)
+-------------------------------------------------------
+One event per committed loop transaction: ``{"txId": 7, "events": [frame, ...]}``
+where a frame is ``{"seq", "txId", "type", "at", "payload"}`` exactly as the
+``event_log`` row (see ``shared.serialize.event_frame``).
+"""
+
+from __future__ import annotations
+
+# -- service names ----------------------------------------------------------------
+
+LINE_CONTROLLER = "line_controller"
+HARDWARE = "hardware"
+
+# -- hardware → line_controller: worker results ---------------------------------
+
+ROBOT_ACTION_SUCCEEDED = "RobotActionSucceeded"
+ROBOT_ACTION_FAILED = "RobotActionFailed"
+TOOL_ACTION_SUCCEEDED = "ToolActionSucceeded"
+TOOL_ACTION_FAILED = "ToolActionFailed"
+MACHINE_START_SUCCEEDED = "MachineStartSucceeded"
+MACHINE_START_FAILED = "MachineStartFailed"
+
+WORKER_RESULTS = (
+    ROBOT_ACTION_SUCCEEDED, ROBOT_ACTION_FAILED,
+    TOOL_ACTION_SUCCEEDED, TOOL_ACTION_FAILED,
+    MACHINE_START_SUCCEEDED, MACHINE_START_FAILED,
+)
+
+# -- hardware → line_controller: PLC signals --------------------------------------
+
+MACHINE_DONE = "MachineDone"
+INSPECTION_RESULT = "InspectionResult"
+PALLET_ARRIVED = "PalletArrived"
+PLC_CONNECTION = "PlcConnection"
+
+PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION)
+
+# Robot action codes (the ``action`` field of results; the hardware RPC names).
+DOCK_TO_BUFFER = "DOCK_TO_BUFFER"
+BUFFER_TO_EQUIPMENT = "BUFFER_TO_EQUIPMENT"
+EQUIPMENT_TO_BUFFER = "EQUIPMENT_TO_BUFFER"
+SWAP = "SWAP"
+SCAN = "SCAN"
+MARK = "MARK"
+START_MACHINE = "START_MACHINE"
+
+# Error codes a *Failed result may carry.
+HW_ERROR_CODES = (
+    "MODBUS_TIMEOUT",       # the PLC did not answer a read/write in time
+    "CONNECTION_REFUSED",   # no PLC at the address / connection lost
+    "PLC_ERROR",            # the PLC reported an error code for the action
+    "ACTION_TIMEOUT",       # accepted, but no done/error within the action's deadline
+    "REJECTED",             # the request itself was invalid (unknown machine, slot, ...)
+)
+
+# -- line_controller → gateway --------------------------------------------------------
+
+LINE_EVENTS = "line_events"

@@ -1,0 +1,62 @@
+"""Run one of the project's nameko services with config from linectl's settings.
+
+    python -m shared.run_service line_controller
+    python -m shared.run_service hardware
+
+(`nameko run --config deploy/nameko.yaml services.<name>.service` works too;
+this form needs no YAML because the config comes from ``shared.config``.)
+"""
+
+import eventlet
+
+eventlet.monkey_patch()
+
+import importlib  # noqa: E402
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+from nameko.runners import ServiceRunner  # noqa: E402
+
+from shared.config import SettingsError, load_settings, nameko_config  # noqa: E402
+
+SERVICES = {
+    "line_controller": "services.line_controller.service:LineControllerService",
+    "hardware": "services.hardware.service:HardwareService",
+}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in SERVICES:
+        print(f"usage: python -m shared.run_service {{{'|'.join(SERVICES)}}}", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings()
+        config = nameko_config(settings)
+    except SettingsError as exc:
+        print(f"{argv[0]}: bad setting: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level,
+                        format=f"%(asctime)s %(levelname)s {argv[0]} %(name)s: %(message)s")
+    module, _, cls_name = SERVICES[argv[0]].partition(":")
+    service_cls = getattr(importlib.import_module(module), cls_name)
+
+    runner = ServiceRunner(config)
+    runner.add_service(service_cls)
+    stopping = eventlet.Event()
+
+    def _stop(*_):
+        if not stopping.ready():
+            stopping.send(True)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    runner.start()
+    stopping.wait()
+    runner.stop()  # graceful: in-flight workers finish, consumers are cancelled
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""``linectl up``: run the stack's processes under one supervisor.
+
+Each process gets its output prefixed with its name, is restarted with
+back-off when it dies, and is stopped in reverse start order (SIGTERM, then
+SIGKILL after a grace period) on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("linectl.up")
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    grace_seconds: float = 10.0
+
+
+class Supervised:
+    def __init__(self, spec: ProcessSpec, base_env: dict[str, str], out=sys.stdout):
+        self.spec = spec
+        self.base_env = base_env
+        self.out = out
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.backoff = 0.5
+        self.next_start = 0.0
+        self.started_at = 0.0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        env = {**self.base_env, **self.spec.env, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            self.spec.argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+            text=True,
+            bufsize=1,
+        )
+        self.started_at = time.monotonic()
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        log.info("started %s (pid %s)", self.spec.name, self.proc.pid)
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        prefix = f"{self.spec.name:<16}| "
+        for line in proc.stdout:
+            with self._lock:
+                self.out.write(prefix + line)
+                self.out.flush()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(self.spec.grace_seconds)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %ss; killing it", self.spec.name, self.spec.grace_seconds)
+            self.proc.kill()
+            self.proc.wait()
+        log.info("stopped %s", self.spec.name)
+
+
+class Supervisor:
+    def __init__(self, specs: list[ProcessSpec], env: dict[str, str] | None = None):
+        self.children = [Supervised(s, dict(env or os.environ)) for s in specs]
+        self._stop = threading.Event()
+
+    def request_stop(self, *_args) -> None:
+        self._stop.set()
+
+    def status(self) -> dict[str, bool]:
+        return {c.spec.name: c.alive() for c in self.children}
+
+    def run(self, on_started=None) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        for child in self.children:
+            child.start()
+        if on_started:
+            on_started(self)
+        try:
+            while not self._stop.wait(0.5):
+                self._watch()
+        finally:
+            for child in reversed(self.children):
+                child.stop()
+
+    def _watch(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            if child.alive():
+                if now - child.started_at > 30:
+                    child.backoff = 0.5  # it ran long enough: forget earlier crashes
+                continue
+            if child.next_start == 0.0:
+                code = child.proc.returncode if child.proc else None
+                child.next_start = now + child.backoff
+                log.error(
+                    "%s exited (status %s); restarting in %.1fs",
+                    child.spec.name, code, child.backoff,
+                )
+                child.backoff = min(child.backoff * 2, 30.0)
+            elif now >= child.next_start:
+                child.next_start = 0.0
+                child.restarts += 1
+                child.start()

@@ -1,0 +1,1 @@
+"""The PostgreSQL-backed kombu transport (``pgsql://``)."""

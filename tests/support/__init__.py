@@ -1,0 +1,1 @@
+"""Helpers the test suite shares (databases, brokers, waiting on conditions)."""

@@ -1,0 +1,115 @@
+import subprocess
+import sys
+
+import pytest
+
+from shared.config import SettingsError, load_settings, nameko_config
+
+
+def test_defaults_match_the_spec():
+    s = load_settings({})
+    assert s.database_url is None
+    assert s.http_port == 8000
+    assert s.plc == "sim"
+    assert s.ai_lock_seconds == 60
+    assert s.ai_timeout_seconds == 120
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HTTP_PORT", "eighty"),
+        ("HTTP_PORT", "70000"),
+        ("SIM_SPEED", "0"),
+        ("SIM_SPEED", "fast"),
+        ("AI_LOCK_SECONDS", "-1"),
+        ("PLC", "nohostport"),
+        ("PLC", "plc:notaport"),
+        ("DATABASE_URL", "mysql://root@localhost/db"),
+        ("DATABASE_URL", "postgresql://localhost"),
+        ("AMQP_URI", "redis://localhost"),
+        ("TOKENS", "boss:abcdefghijk"),
+        ("TOKENS", "operator"),
+        ("TOKENS", "operator:short"),
+        ("LOG_FORMAT", "xml"),
+        ("COMMAND_WAIT_SECONDS", "soon"),
+    ],
+)
+def test_a_bad_value_is_rejected_naming_the_variable(name, value):
+    with pytest.raises(SettingsError) as err:
+        load_settings({f"LINECTL_{name}": value})
+    message = str(err.value)
+    assert message.startswith(f"LINECTL_{name}:")
+    assert "\n" not in message
+
+
+def test_good_values_are_parsed():
+    s = load_settings(
+        {
+            "LINECTL_DATABASE_URL": "postgres://u:p@db:5432/line",
+            "LINECTL_PLC": "10.0.0.5:502",
+            "LINECTL_SIM_SPEED": "50",
+            "LINECTL_TOKENS": "operator:op-secret-1, admin:admin-secret-1",
+            "LINECTL_COMMAND_WAIT_SECONDS": "0.5",
+        }
+    )
+    assert s.database_url == "postgresql://u:p@db:5432/line"
+    assert s.plc_address == ("10.0.0.5", 502)
+    assert s.sim_speed == 50.0
+    assert s.tokens == {"op-secret-1": "operator", "admin-secret-1": "admin"}
+    assert s.command_wait_seconds == 0.5
+    # The transport defaults to pgsql:// on the same database.
+    assert s.resolved_amqp_uri() == "pgsql://u:p@db:5432/line"
+
+
+def test_yaml_file_gives_defaults_and_the_environment_wins(tmp_path):
+    cfg = tmp_path / "linectl.yaml"
+    cfg.write_text("http_port: 9000\nsim_speed: 20\n")
+    s = load_settings({"LINECTL_CONFIG": str(cfg), "LINECTL_SIM_SPEED": "5"})
+    assert s.http_port == 9000
+    assert s.sim_speed == 5.0
+
+
+def test_yaml_file_with_unknown_or_bad_key_is_rejected(tmp_path):
+    cfg = tmp_path / "linectl.yaml"
+    cfg.write_text("http_prot: 9000\n")
+    with pytest.raises(SettingsError, match="LINECTL_CONFIG: unknown setting"):
+        load_settings({"LINECTL_CONFIG": str(cfg)})
+    cfg.write_text("http_port: nine\n")
+    with pytest.raises(SettingsError, match="^LINECTL_HTTP_PORT:"):
+        load_settings({"LINECTL_CONFIG": str(cfg)})
+
+
+def test_nameko_config_comes_from_the_same_settings():
+    s = load_settings({"LINECTL_DATABASE_URL": "postgresql://u@h:1/d"})
+    cfg = nameko_config(s)
+    assert cfg["AMQP_URI"] == "pgsql://u@h:1/d"
+    assert cfg["serializer"] == "json"
+    s = load_settings({"LINECTL_DATABASE_URL": "postgresql://u@h:1/d",
+                       "LINECTL_AMQP_URI": "amqp://guest:guest@127.0.0.1:5672//"})
+    assert nameko_config(s)["AMQP_URI"].startswith("amqp://")
+
+
+def test_the_cli_stops_with_one_line_naming_the_bad_setting():
+    env = {"LINECTL_HTTP_PORT": "abc", "PATH": "/usr/bin:/bin"}
+    res = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "migrate"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert res.returncode == 2
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    assert "LINECTL_HTTP_PORT" in lines[0]
+
+
+def test_generated_tokens_are_kept_in_the_data_dir(tmp_path):
+    from shared.config import ensure_tokens
+
+    s = load_settings({"LINECTL_DATA_DIR": str(tmp_path)})
+    first = ensure_tokens(s)
+    assert first.tokens_generated
+    assert sorted(first.tokens.values()) == ["admin", "operator", "platform", "runtime"]
+    assert (tmp_path / "tokens").stat().st_mode & 0o777 == 0o600
+    second = ensure_tokens(s)
+    assert second.tokens == first.tokens
+    assert not second.tokens_generated
