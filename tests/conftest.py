@@ -15,8 +15,11 @@ import eventlet  # noqa: E402
 
 eventlet.monkey_patch()
 
+import importlib.util  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
+import subprocess  # noqa: E402
+import uuid  # noqa: E402
 
 import pytest  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
@@ -73,12 +76,58 @@ def _rabbit_answers(host="127.0.0.1", port=5672) -> bool:
         return False
 
 
+def _private_vhost() -> str | None:
+    """A vhost of our own, so concurrent test sessions never share queues."""
+    name = f"linectl-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        for args in (["add_vhost", name], ["set_permissions", "-p", name, "guest", ".*", ".*", ".*"]):
+            subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return name
+
+
 @pytest.fixture(scope="session")
 def rabbit_uri():
-    """The RabbitMQ URI; skips when none answers, except in CI where it is required."""
-    uri = os.environ.get("LINECTL_TEST_RABBIT_URI", "amqp://guest:guest@127.0.0.1:5672//")
+    """A RabbitMQ URI (on a private vhost when rabbitmqctl is usable).
+
+    Skips when no broker answers, except in CI where RabbitMQ is required."""
+    base = os.environ.get("LINECTL_TEST_RABBIT_URI")
+    if base:
+        yield base
+        return
     if not _rabbit_answers():
         if os.environ.get("CI") or os.environ.get("LINECTL_REQUIRE_RABBITMQ"):
             pytest.fail("RabbitMQ is required here (CI) but does not answer on 127.0.0.1:5672")
         pytest.skip("RabbitMQ does not answer on 127.0.0.1:5672; its half of the suite is skipped")
-    return uri
+    vhost = _private_vhost()
+    yield f"amqp://guest:guest@127.0.0.1:5672/{vhost or ''}"
+    if vhost:
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=30)
+
+
+def _pgsql_transport_available() -> bool:
+    try:
+        return importlib.util.find_spec("shared.transport.pgsql") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@pytest.fixture
+def amqp_uri(request, db_url):
+    """The message transport for a test: ``pgsql://`` on the test's own
+    database (the product's default), or RabbitMQ until that transport exists."""
+    if _pgsql_transport_available():
+        return "pgsql://" + db_url.split("://", 1)[1]
+    return request.getfixturevalue("rabbit_uri")
+
+
+@pytest.fixture
+def nameko_config(amqp_uri, db_url):
+    """A nameko config for containers under test (same keys as shared.config.nameko_config)."""
+    return {
+        "AMQP_URI": amqp_uri,
+        "serializer": "json",
+        "LINECTL_DATABASE_URL": db_url,
+        "max_workers": 20,
+    }
