@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@# An editable install does not ship the .pth that registers pgsql:// (a wheel does).
+	cp linectl-pgsql.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	@touch $(STAMP)
 
 install: $(STAMP)
