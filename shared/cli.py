@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from shared.config import Settings, SettingsError, load_settings
 
@@ -73,6 +74,33 @@ def cmd_up(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_shell(settings: Settings, args) -> int:
+    """nameko's shell with the project's config and the helpers of shared/shell.py."""
+    import os
+    import tempfile
+
+    import yaml
+
+    from shared.config import nameko_config
+
+    url, server = database_url(settings)
+    config = nameko_config(settings, url)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(config, fh)
+    os.environ["LINECTL_DATABASE_URL"] = url
+    os.environ["PYTHONSTARTUP"] = str(Path(__file__).with_name("shell.py"))
+    from nameko.cli.main import main as nameko_main
+
+    sys.argv = ["nameko", "shell", "--config", fh.name]
+    try:
+        nameko_main()
+    finally:
+        os.unlink(fh.name)
+        if server is not None and server.started_here:
+            server.stop()
+    return 0
+
+
 def _not_yet(name: str, issue: str):
     def run(settings: Settings, args) -> int:
         print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
@@ -85,7 +113,7 @@ COMMANDS = {
     "migrate": (cmd_migrate, "Alembic upgrade to head"),
     "up": (cmd_up, "the whole stack in the foreground"),
     "sim": (_not_yet("sim", "the simulator arrives with the hardware issue"), "the Modbus TCP line simulator"),
-    "shell": (_not_yet("shell", "arrives with the deployment issue"), "nameko shell with the project's config"),
+    "shell": (cmd_shell, "nameko shell with the project's config and helpers"),
     "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
 }
 
@@ -107,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"linectl: bad setting: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from shared.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format, f"linectl-{args.command}")
     fn, _help = COMMANDS[args.command]
     try:
         return fn(settings, args)

@@ -246,10 +246,4 @@ def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
         "max_workers": 20,
         "parent_calls_tracked": 10,
         "LINECTL_DATABASE_URL": db,
-        "LOGGING": {
-            "version": 1,
-            "disable_existing_loggers": False,
-            "handlers": {"console": {"class": "logging.StreamHandler"}},
-            "root": {"level": settings.log_level, "handlers": ["console"]},
-        },
     }

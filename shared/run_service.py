@@ -12,13 +12,13 @@ import eventlet
 eventlet.monkey_patch()
 
 import importlib  # noqa: E402
-import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
 from nameko.runners import ServiceRunner  # noqa: E402
 
 from shared.config import SettingsError, load_settings, nameko_config  # noqa: E402
+from shared.logs import configure_logging  # noqa: E402
 
 SERVICES = {
     "line_controller": "services.line_controller.service:LineControllerService",
@@ -37,8 +37,7 @@ def main(argv=None) -> int:
     except SettingsError as exc:
         print(f"{argv[0]}: bad setting: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level,
-                        format=f"%(asctime)s %(levelname)s {argv[0]} %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format, argv[0])
     module, _, cls_name = SERVICES[argv[0]].partition(":")
     service_cls = getattr(importlib.import_module(module), cls_name)
 
