@@ -101,6 +101,23 @@ def cmd_shell(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_purge(settings: Settings, args) -> int:
+    """Delete what the retention policy says is old (see shared/db/retention.py)."""
+    from shared.db.engine import make_engine
+    from shared.db.retention import RetentionPolicy, purge
+
+    url, server = database_url(settings)
+    engine = make_engine(url, pool_size=1)
+    try:
+        counts = purge(engine, RetentionPolicy(event_days=args.event_days, ai_days=args.ai_days))
+    finally:
+        engine.dispose()
+        if server is not None and server.started_here:
+            server.stop()
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+    return 0
+
+
 def _not_yet(name: str, issue: str):
     def run(settings: Settings, args) -> int:
         print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
@@ -114,6 +131,7 @@ COMMANDS = {
     "up": (cmd_up, "the whole stack in the foreground"),
     "sim": (_not_yet("sim", "the simulator arrives with the hardware issue"), "the Modbus TCP line simulator"),
     "shell": (cmd_shell, "nameko shell with the project's config and helpers"),
+    "purge": (cmd_purge, "delete old event log, messages, audit rows and finished AI jobs"),
     "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
 }
 
@@ -125,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
+        if name == "purge":
+            p.add_argument("--event-days", type=int, default=30, help="keep this many days of events")
+            p.add_argument("--ai-days", type=int, default=90, help="keep finished AI jobs this long")
     return parser
 
 
