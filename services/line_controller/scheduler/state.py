@@ -341,23 +341,23 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> Syste
         for r in job_rows
     )
 
+    kinds: dict[str, tuple] = {}
     slots: dict[str, list[SlotView]] = {}
-    for s in session.execute(
-        select(EquipmentSlot.equipment_id, EquipmentSlot.slot_no, EquipmentSlot.status,
+    for r in session.execute(
+        select(Equipment.id, Equipment.kind, Equipment.batch, Equipment.status,
+               EquipmentSlot.slot_no, EquipmentSlot.status.label("slot_status"),
                EquipmentSlot.current_job_id, EquipmentSlot.occupied_at)
-        .order_by(EquipmentSlot.equipment_id, EquipmentSlot.slot_no)
+        .outerjoin(EquipmentSlot, EquipmentSlot.equipment_id == Equipment.id)
+        .order_by(Equipment.id, EquipmentSlot.slot_no)
     ).all():
-        slots.setdefault(s.equipment_id, []).append(
-            SlotView(equipment_id=s.equipment_id, slot_no=s.slot_no, status=s.status,
-                     current_job_id=s.current_job_id, occupied_at=s.occupied_at)
-        )
+        kinds[r.id] = (r.kind, r.batch, r.status)
+        eq_slots = slots.setdefault(r.id, [])
+        if r.slot_no is not None:
+            eq_slots.append(SlotView(equipment_id=r.id, slot_no=r.slot_no, status=r.slot_status,
+                                     current_job_id=r.current_job_id, occupied_at=r.occupied_at))
     equipment = tuple(
-        EquipmentView(id=e.id, kind=e.kind, batch=e.batch, status=e.status,
-                      slots=tuple(slots.get(e.id, ())))
-        for e in session.execute(
-            select(Equipment.id, Equipment.kind, Equipment.batch, Equipment.status)
-            .order_by(Equipment.id)
-        ).all()
+        EquipmentView(id=eq_id, kind=kind, batch=batch, status=status, slots=tuple(slots[eq_id]))
+        for eq_id, (kind, batch, status) in kinds.items()
     )
 
     open_tasks = tuple(
