@@ -28,8 +28,8 @@ class ActionKindOrder:
 
 
 def _most_urgent(action: Action, state: SystemState) -> tuple:
-    ranks = [state.job_rank(state.jobs_by_id[j]) for j in action.job_ids if j in state.jobs_by_id]
-    return min(ranks) if ranks else (10,)
+    jobs = state.jobs_by_id
+    return min((state.job_rank(jobs[j]) for j in action.job_ids if j in jobs), default=(10,))
 
 
 class OrderPriority:

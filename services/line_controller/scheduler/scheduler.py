@@ -37,11 +37,15 @@ class Scheduler:
                 return type(f).__name__
         return None
 
+    def _feasible(self, state: SystemState) -> list[Action]:
+        return [a for a in self.candidates(state) if self._refusal(a, state) is None]
+
+    def _rank(self, action: Action, state: SystemState) -> tuple:
+        return tuple(p.key(action, state) for p in self.policies)
+
     def plan(self, state: SystemState) -> list[Action]:
         """The feasible actions, best first."""
-        feasible = [a for a in self.candidates(state) if self._refusal(a, state) is None]
-        feasible.sort(key=lambda a: tuple(p.key(a, state) for p in self.policies))
-        return feasible
+        return sorted(self._feasible(state), key=lambda a: self._rank(a, state))
 
     def rejected(self, state: SystemState) -> list[Rejection]:
         """The proposals the filters refused and why (for logs and tests)."""
@@ -56,9 +60,10 @@ class Scheduler:
         """What to start this round: every feasible machine start (PLC
         actions, one per machine, independent of the robot) and at most one
         robot action, the best ranked. Starts come first in the list."""
-        plan = self.plan(state)
-        starts = [a for a in plan if not a.uses_robot]
-        robot = next((a for a in plan if a.uses_robot), None)
+        feasible = self._feasible(state)
+        starts = sorted((a for a in feasible if not a.uses_robot), key=lambda a: self._rank(a, state))
+        robot = min((a for a in feasible if a.uses_robot), key=lambda a: self._rank(a, state),
+                    default=None)
         return starts + ([robot] if robot is not None else [])
 
 

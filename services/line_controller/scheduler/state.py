@@ -262,12 +262,20 @@ class SystemState:
         order = self.order_of(job)
         return order is not None and order.running
 
+    @cached_property
+    def _job_ranks(self) -> dict[int, tuple]:
+        out = {}
+        for job in self.jobs:
+            order = self.order_of(job)
+            if order is None:  # an order outside the snapshot ranks after every real one
+                out[job.id] = (10, job.created_at, job.created_at, job.seq_no, job.id)
+            else:
+                out[job.id] = (order.priority, order.created_at, job.created_at, job.seq_no, job.id)
+        return out
+
     def job_rank(self, job: JobView) -> tuple:
         """Order priority, then order age, then piece age (lower is first)."""
-        order = self.order_of(job)
-        if order is None:
-            return (10, job.created_at, job.created_at, job.seq_no, job.id)
-        return (order.priority, order.created_at, job.created_at, job.seq_no, job.id)
+        return self._job_ranks[job.id]
 
     def slot_has_open_task(self, equipment_id: str, slot_no: int) -> bool:
         return any(
