@@ -170,3 +170,15 @@ def test_terminal_orders_without_live_jobs_are_left_out(session):
     assert [o.status for o in state.orders] == ["CANCELLED"]
     assert state.buffer_occupancy == {4: on_machine.id}
     assert default_scheduler().plan(state) == []
+
+
+def test_an_empty_line_gives_an_empty_snapshot_and_no_action(session):
+    add_line(session)
+    session.commit()
+
+    state = build_system_state(session, LAYOUT, T0)
+
+    assert (state.orders, state.jobs, state.open_tasks, state.faults) == ((), (), (), ())
+    assert [e.id for e in state.equipment] == ["MC1", "WASH1"]
+    assert state.free_buffer_slots == tuple(range(1, 9))
+    assert default_scheduler().choose(state) == []

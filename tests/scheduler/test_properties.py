@@ -142,3 +142,12 @@ def test_random_snapshots_never_yield_an_infeasible_plan(line):
     starts = [a.equipment_id for a in chosen if isinstance(a, StartMachine)]
     assert len(starts) == len(set(starts))
     assert set(chosen) <= set(plan)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines())
+def test_choose_is_the_plans_starts_and_its_best_robot_action(line):
+    state = line.state()
+    plan = SCHEDULER.plan(state)
+    robot = [a for a in plan if a.uses_robot][:1]
+    assert SCHEDULER.choose(state) == [a for a in plan if not a.uses_robot] + robot

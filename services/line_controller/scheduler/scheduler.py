@@ -60,10 +60,16 @@ class Scheduler:
         """What to start this round: every feasible machine start (PLC
         actions, one per machine, independent of the robot) and at most one
         robot action, the best ranked. Starts come first in the list."""
-        feasible = self._feasible(state)
-        starts = sorted((a for a in feasible if not a.uses_robot), key=lambda a: self._rank(a, state))
-        robot = min((a for a in feasible if a.uses_robot), key=lambda a: self._rank(a, state),
-                    default=None)
+        # Policies do not depend on feasibility, so ranking first and
+        # filtering robot candidates only until the first feasible one gives
+        # the same choice as plan()[...] at a fraction of the filter work.
+        candidates = self.candidates(state)
+        starts = sorted(
+            (a for a in candidates if not a.uses_robot and self._refusal(a, state) is None),
+            key=lambda a: self._rank(a, state),
+        )
+        ranked = sorted((a for a in candidates if a.uses_robot), key=lambda a: self._rank(a, state))
+        robot = next((a for a in ranked if self._refusal(a, state) is None), None)
         return starts + ([robot] if robot is not None else [])
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from shared.db.models import (
@@ -301,6 +301,48 @@ def _next_step(route: tuple[Step, ...], step_index: int) -> Step | None:
     return route[step_index] if 0 <= step_index < len(route) else None
 
 
+# The statements are built once: a round only binds parameters and runs them
+# on the session's connection (Core rows, no ORM result processing).
+_JOB_COLS = (
+    Job.id, Job.work_order_id, Job.seq_no, Job.status, Job.position_type,
+    Job.position_ref_id, Job.temp_slot_no, Job.step_index, Job.created_at,
+)
+_JOBS_OFF_DOCK = select(*_JOB_COLS).where(
+    Job.status.not_in(JOB_TERMINAL),
+    or_(Job.status != "PENDING", Job.position_type != "ON_DOCK"),
+)
+_DOCK_HEAD = (
+    select(*_JOB_COLS)
+    .join(WorkOrder, WorkOrder.id == Job.work_order_id)
+    .where(Job.status == "PENDING", Job.position_type == "ON_DOCK", WorkOrder.status == "RUNNING")
+    .order_by(WorkOrder.priority, WorkOrder.created_at, Job.created_at, Job.seq_no, Job.id)
+    .limit(bindparam("dock_head"))
+)
+_ORDERS = select(
+    WorkOrder.id, WorkOrder.status, WorkOrder.priority, WorkOrder.created_at, WorkOrder.route,
+).where(or_(
+    WorkOrder.status.not_in(WORK_ORDER_TERMINAL),
+    WorkOrder.id.in_(bindparam("order_ids", expanding=True)),
+))
+_EQUIPMENT_SLOTS = (
+    select(Equipment.id, Equipment.kind, Equipment.batch, Equipment.status,
+           EquipmentSlot.slot_no, EquipmentSlot.status, EquipmentSlot.current_job_id,
+           EquipmentSlot.occupied_at)
+    .outerjoin(EquipmentSlot, EquipmentSlot.equipment_id == Equipment.id)
+    .order_by(Equipment.id, EquipmentSlot.slot_no)
+)
+_OPEN_TASKS = (
+    select(Task.id, Task.kind, Task.status, Task.job_id, Task.equipment_id, Task.slot_no)
+    .where(Task.status.not_in(TASK_TERMINAL))
+    .order_by(Task.id)
+)
+_OPEN_ALARMS = (
+    select(Alarm.id, Alarm.code, Alarm.equipment_id, Alarm.job_id)
+    .where(Alarm.status.in_(ALARM_OPEN))
+    .order_by(Alarm.id)
+)
+
+
 def build_system_state(session: Session, layout: Layout, now: datetime) -> SystemState:
     """Read one snapshot from the DB. Reads only; six SELECTs, no writes.
 
@@ -309,81 +351,50 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> Syste
     refill can take) is read, so a 10 000-piece order costs no more than a
     small one.
     """
-    job_cols = (
-        Job.id, Job.work_order_id, Job.seq_no, Job.status, Job.position_type,
-        Job.position_ref_id, Job.temp_slot_no, Job.step_index, Job.created_at,
-    )
-    off_dock = session.execute(
-        select(*job_cols).where(
-            Job.status.not_in(JOB_TERMINAL),
-            or_(Job.status != "PENDING", Job.position_type != "ON_DOCK"),
-        )
-    ).all()
-    dock_head = session.execute(
-        select(*job_cols)
-        .join(WorkOrder, WorkOrder.id == Job.work_order_id)
-        .where(Job.status == "PENDING", Job.position_type == "ON_DOCK", WorkOrder.status == "RUNNING")
-        .order_by(WorkOrder.priority, WorkOrder.created_at, Job.created_at, Job.seq_no, Job.id)
-        .limit(layout.buffer_slots)
-    ).all()
-    job_rows = [*off_dock, *dock_head]
+    conn = session.connection()
+    job_rows = [
+        *conn.execute(_JOBS_OFF_DOCK).all(),
+        *conn.execute(_DOCK_HEAD, {"dock_head": layout.buffer_slots}).all(),
+    ]
 
-    order_ids = {r.work_order_id for r in job_rows}
+    order_ids = sorted({r[1] for r in job_rows})
     orders = tuple(
-        OrderView(id=o.id, status=o.status, priority=o.priority, created_at=o.created_at,
-                  route=_route(o.route))
-        for o in session.execute(
-            select(WorkOrder.id, WorkOrder.status, WorkOrder.priority, WorkOrder.created_at,
-                   WorkOrder.route)
-            .where(or_(WorkOrder.status.not_in(WORK_ORDER_TERMINAL), WorkOrder.id.in_(order_ids)))
-        ).all()
+        OrderView(id=oid, status=status, priority=priority, created_at=created_at,
+                  route=_route(route))
+        for oid, status, priority, created_at, route in conn.execute(_ORDERS, {"order_ids": order_ids})
     )
     routes = {o.id: o.route for o in orders}
     jobs = tuple(
         JobView(
-            id=r.id, order_id=r.work_order_id, seq_no=r.seq_no, status=r.status,
-            position_type=r.position_type, position_ref_id=r.position_ref_id,
-            temp_slot_no=r.temp_slot_no, step_index=r.step_index, created_at=r.created_at,
-            next_step=_next_step(routes.get(r.work_order_id, ()), r.step_index),
+            id=jid, order_id=oid, seq_no=seq_no, status=status, position_type=pos,
+            position_ref_id=ref, temp_slot_no=temp, step_index=step, created_at=created_at,
+            next_step=_next_step(routes.get(oid, ()), step),
         )
-        for r in job_rows
+        for jid, oid, seq_no, status, pos, ref, temp, step, created_at in job_rows
     )
 
     kinds: dict[str, tuple] = {}
     slots: dict[str, list[SlotView]] = {}
-    for r in session.execute(
-        select(Equipment.id, Equipment.kind, Equipment.batch, Equipment.status,
-               EquipmentSlot.slot_no, EquipmentSlot.status.label("slot_status"),
-               EquipmentSlot.current_job_id, EquipmentSlot.occupied_at)
-        .outerjoin(EquipmentSlot, EquipmentSlot.equipment_id == Equipment.id)
-        .order_by(Equipment.id, EquipmentSlot.slot_no)
-    ).all():
-        kinds[r.id] = (r.kind, r.batch, r.status)
-        eq_slots = slots.setdefault(r.id, [])
-        if r.slot_no is not None:
-            eq_slots.append(SlotView(equipment_id=r.id, slot_no=r.slot_no, status=r.slot_status,
-                                     current_job_id=r.current_job_id, occupied_at=r.occupied_at))
+    for eq_id, kind, batch, status, slot_no, slot_status, job_id, occupied_at in conn.execute(
+        _EQUIPMENT_SLOTS
+    ):
+        kinds[eq_id] = (kind, batch, status)
+        eq_slots = slots.setdefault(eq_id, [])
+        if slot_no is not None:
+            eq_slots.append(SlotView(equipment_id=eq_id, slot_no=slot_no, status=slot_status,
+                                     current_job_id=job_id, occupied_at=occupied_at))
     equipment = tuple(
         EquipmentView(id=eq_id, kind=kind, batch=batch, status=status, slots=tuple(slots[eq_id]))
         for eq_id, (kind, batch, status) in kinds.items()
     )
 
     open_tasks = tuple(
-        TaskView(id=t.id, kind=t.kind, status=t.status, job_id=t.job_id,
-                 equipment_id=t.equipment_id, slot_no=t.slot_no)
-        for t in session.execute(
-            select(Task.id, Task.kind, Task.status, Task.job_id, Task.equipment_id, Task.slot_no)
-            .where(Task.status.not_in(TASK_TERMINAL))
-            .order_by(Task.id)
-        ).all()
+        TaskView(id=tid, kind=kind, status=status, job_id=job_id, equipment_id=eq_id, slot_no=slot_no)
+        for tid, kind, status, job_id, eq_id, slot_no in conn.execute(_OPEN_TASKS)
     )
     faults = tuple(
-        FaultView(id=a.id, code=a.code, equipment_id=a.equipment_id, job_id=a.job_id)
-        for a in session.execute(
-            select(Alarm.id, Alarm.code, Alarm.equipment_id, Alarm.job_id)
-            .where(Alarm.status.in_(ALARM_OPEN))
-            .order_by(Alarm.id)
-        ).all()
+        FaultView(id=aid, code=code, equipment_id=eq_id, job_id=job_id)
+        for aid, code, eq_id, job_id in conn.execute(_OPEN_ALARMS)
     )
     return SystemState(
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
