@@ -38,13 +38,13 @@ from shared.db.models import (
     Task,
     WorkOrder,
 )
-from shared.events import START_MACHINE
+from shared.events import MARK, SCAN, START_MACHINE
 from shared.layout import Layout
 
 # Task kinds are the hardware action codes (shared.events); every kind but a
 # machine start needs the robot (tools are held by the robot).
 MACHINE_TASK_KINDS = frozenset({START_MACHINE})
-TOOL_TASK_KINDS = frozenset({"SCAN", "MARK"})
+TOOL_TASK_KINDS = frozenset({SCAN, MARK})
 EQUIPMENT_DOWN = frozenset({"FAULT", "OFFLINE"})
 JOB_HELD = frozenset({"PAUSED", "SUSPENDED", "ERROR"})
 ALARM_OPEN = ("RAISED", "ACKNOWLEDGED")
