@@ -1,0 +1,402 @@
+"""``SystemState``: the immutable snapshot one scheduling round works on.
+
+The loop builds it from the DB (:func:`build_system_state`) at the start of
+every round; generators, filters and policies only read it. Everything is a
+frozen dataclass or a tuple, and the derived indexes (buffer occupancy, jobs by
+id, open tasks by equipment slot, ...) are computed once per snapshot, lazily.
+
+Conventions the loop and the scheduler share (see ``docs/scheduler.md``):
+
+* ``job.step_index`` is the index of the step the job is at: the step it waits
+  for (on the buffer, ``QUEUED``) or the one it is doing (on equipment). The
+  loop advances it when a step finishes (unload, tool action done).
+* A job on equipment whose slot is ``OCCUPIED`` and whose status is ``QUEUED``
+  has been loaded but its machine cycle has not started yet; ``PROCESSING``
+  means the cycle runs; ``WAITING_UNLOAD`` with the slot ``DONE`` means done.
+* Buffer occupancy is the ``temp_slot_no`` of every live (non-terminal) job,
+  also while the job is on equipment or on the robot: it returns to that slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+
+from sqlalchemy import bindparam, or_, select
+from sqlalchemy.orm import Session
+
+from shared.db.models import (
+    JOB_TERMINAL,
+    TASK_TERMINAL,
+    WORK_ORDER_TERMINAL,
+    Alarm,
+    Equipment,
+    EquipmentSlot,
+    Job,
+    Task,
+    WorkOrder,
+)
+from shared.events import MARK, SCAN, START_MACHINE
+from shared.layout import Layout
+
+# Task kinds are the hardware action codes (shared.events); every kind but a
+# machine start needs the robot (tools are held by the robot).
+MACHINE_TASK_KINDS = frozenset({START_MACHINE})
+TOOL_TASK_KINDS = frozenset({SCAN, MARK})
+EQUIPMENT_DOWN = frozenset({"FAULT", "OFFLINE"})
+JOB_HELD = frozenset({"PAUSED", "SUSPENDED", "ERROR"})
+ALARM_OPEN = ("RAISED", "ACKNOWLEDGED")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One route step: ``op`` is process | inspect | scan | mark."""
+
+    op: str
+    equipment_kind: str | None = None
+
+    @property
+    def on_equipment(self) -> bool:
+        return self.equipment_kind is not None and self.op in ("process", "inspect")
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Step:
+        return cls(op=str(data["op"]), equipment_kind=data.get("equipmentKind"))
+
+
+@dataclass(frozen=True)
+class OrderView:
+    id: int
+    status: str
+    priority: int  # 0 = most urgent
+    created_at: datetime
+    route: tuple[Step, ...]
+
+    @property
+    def running(self) -> bool:
+        return self.status == "RUNNING"
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    order_id: int
+    seq_no: int
+    status: str
+    position_type: str
+    position_ref_id: str | None
+    temp_slot_no: int | None
+    step_index: int
+    created_at: datetime
+    # route[step_index] of its order, None once the route is done.
+    next_step: Step | None
+
+    @property
+    def live(self) -> bool:
+        return self.status not in JOB_TERMINAL
+
+    @property
+    def held(self) -> bool:
+        return self.status in JOB_HELD
+
+    @property
+    def on_dock(self) -> bool:
+        return self.status == "PENDING" and self.position_type == "ON_DOCK"
+
+    @property
+    def waiting_on_buffer(self) -> bool:
+        """On its buffer slot, waiting for its next step."""
+        return (
+            self.status == "QUEUED"
+            and self.position_type == "ON_BUFFER"
+            and self.temp_slot_no is not None
+            and self.next_step is not None
+        )
+
+
+@dataclass(frozen=True)
+class SlotView:
+    equipment_id: str
+    slot_no: int
+    status: str  # EMPTY | OCCUPIED | DONE
+    current_job_id: int | None = None
+    occupied_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EquipmentView:
+    id: str
+    kind: str
+    batch: bool
+    status: str  # IDLE | RUNNING | FAULT | OFFLINE
+    slots: tuple[SlotView, ...]
+
+    @property
+    def down(self) -> bool:
+        return self.status in EQUIPMENT_DOWN
+
+    def slot(self, slot_no: int) -> SlotView | None:
+        for s in self.slots:
+            if s.slot_no == slot_no:
+                return s
+        return None
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """An open (PENDING or RUNNING) task: a hardware action in flight."""
+
+    id: int
+    kind: str
+    status: str
+    job_id: int | None = None
+    equipment_id: str | None = None
+    slot_no: int | None = None
+
+    @property
+    def uses_robot(self) -> bool:
+        return self.kind not in MACHINE_TASK_KINDS
+
+
+@dataclass(frozen=True)
+class FaultView:
+    """An alarm that is not cleared yet."""
+
+    id: int
+    code: str
+    equipment_id: str | None = None
+    job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SystemState:
+    now: datetime
+    buffer_size: int
+    orders: tuple[OrderView, ...]
+    jobs: tuple[JobView, ...]
+    equipment: tuple[EquipmentView, ...]
+    open_tasks: tuple[TaskView, ...] = ()
+    faults: tuple[FaultView, ...] = ()
+
+    # -- indexes (computed once per snapshot) ---------------------------------
+
+    @cached_property
+    def orders_by_id(self) -> dict[int, OrderView]:
+        return {o.id: o for o in self.orders}
+
+    @cached_property
+    def jobs_by_id(self) -> dict[int, JobView]:
+        return {j.id: j for j in self.jobs}
+
+    @cached_property
+    def equipment_by_id(self) -> dict[str, EquipmentView]:
+        return {e.id: e for e in self.equipment}
+
+    @cached_property
+    def equipment_by_kind(self) -> dict[str, tuple[EquipmentView, ...]]:
+        out: dict[str, list[EquipmentView]] = {}
+        for e in self.equipment:
+            out.setdefault(e.kind, []).append(e)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def buffer_occupancy(self) -> dict[int, int]:
+        """Buffer slot → the live job holding it (the lowest job id if a
+        recovery inconsistency put two jobs on one slot)."""
+        out: dict[int, int] = {}
+        for j in sorted(self.jobs, key=lambda j: j.id):
+            if j.live and j.temp_slot_no is not None:
+                out.setdefault(j.temp_slot_no, j.id)
+        return out
+
+    @cached_property
+    def free_buffer_slots(self) -> tuple[int, ...]:
+        taken = self.buffer_occupancy
+        return tuple(n for n in range(1, self.buffer_size + 1) if n not in taken)
+
+    @cached_property
+    def robot_busy(self) -> bool:
+        return any(t.uses_robot for t in self.open_tasks)
+
+    @cached_property
+    def tool_busy(self) -> bool:
+        return any(t.kind in TOOL_TASK_KINDS for t in self.open_tasks)
+
+    @cached_property
+    def jobs_with_open_task(self) -> frozenset[int]:
+        return frozenset(t.job_id for t in self.open_tasks if t.job_id is not None)
+
+    @cached_property
+    def equipment_with_open_task(self) -> dict[str, tuple[TaskView, ...]]:
+        out: dict[str, list[TaskView]] = {}
+        for t in self.open_tasks:
+            if t.equipment_id is not None:
+                out.setdefault(t.equipment_id, []).append(t)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def waiting_jobs(self) -> tuple[JobView, ...]:
+        """Jobs on the buffer waiting for their next step, of running orders,
+        with no action in flight."""
+        busy = self.jobs_with_open_task
+        return tuple(
+            j for j in self.jobs
+            if j.waiting_on_buffer and j.id not in busy and self.order_running(j)
+        )
+
+    @cached_property
+    def dock_jobs(self) -> tuple[JobView, ...]:
+        """Jobs at the docking station of running orders, most urgent first:
+        order priority, order age, piece number."""
+        cands = [j for j in self.jobs if j.on_dock and self.order_running(j)]
+        return tuple(sorted(cands, key=self.job_rank))
+
+    # -- helpers ---------------------------------------------------------------
+
+    def order_of(self, job: JobView) -> OrderView | None:
+        return self.orders_by_id.get(job.order_id)
+
+    def order_running(self, job: JobView) -> bool:
+        order = self.order_of(job)
+        return order is not None and order.running
+
+    @cached_property
+    def _job_ranks(self) -> dict[int, tuple]:
+        out = {}
+        for job in self.jobs:
+            order = self.order_of(job)
+            if order is None:  # an order outside the snapshot ranks after every real one
+                out[job.id] = (10, job.created_at, job.created_at, job.seq_no, job.id)
+            else:
+                out[job.id] = (order.priority, order.created_at, job.created_at, job.seq_no, job.id)
+        return out
+
+    def job_rank(self, job: JobView) -> tuple:
+        """Order priority, then order age, then piece age (lower is first)."""
+        return self._job_ranks[job.id]
+
+    def slot_has_open_task(self, equipment_id: str, slot_no: int) -> bool:
+        return any(
+            t.slot_no in (slot_no, None)
+            for t in self.equipment_with_open_task.get(equipment_id, ())
+            if t.uses_robot
+        )
+
+    def machine_start_open(self, equipment_id: str) -> bool:
+        return any(
+            t.kind in MACHINE_TASK_KINDS for t in self.equipment_with_open_task.get(equipment_id, ())
+        )
+
+
+# -- building a snapshot from the DB ------------------------------------------
+
+
+def _route(raw: Iterable[Mapping] | None) -> tuple[Step, ...]:
+    return tuple(Step.from_json(s) for s in raw or ())
+
+
+def _next_step(route: tuple[Step, ...], step_index: int) -> Step | None:
+    return route[step_index] if 0 <= step_index < len(route) else None
+
+
+# The statements are built once: a round only binds parameters and runs them
+# on the session's connection (Core rows, no ORM result processing).
+_JOB_COLS = (
+    Job.id, Job.work_order_id, Job.seq_no, Job.status, Job.position_type,
+    Job.position_ref_id, Job.temp_slot_no, Job.step_index, Job.created_at,
+)
+_JOBS_OFF_DOCK = select(*_JOB_COLS).where(
+    Job.status.not_in(JOB_TERMINAL),
+    or_(Job.status != "PENDING", Job.position_type != "ON_DOCK"),
+)
+_DOCK_HEAD = (
+    select(*_JOB_COLS)
+    .join(WorkOrder, WorkOrder.id == Job.work_order_id)
+    .where(Job.status == "PENDING", Job.position_type == "ON_DOCK", WorkOrder.status == "RUNNING")
+    .order_by(WorkOrder.priority, WorkOrder.created_at, Job.created_at, Job.seq_no, Job.id)
+    .limit(bindparam("dock_head"))
+)
+_ORDERS = select(
+    WorkOrder.id, WorkOrder.status, WorkOrder.priority, WorkOrder.created_at, WorkOrder.route,
+).where(or_(
+    WorkOrder.status.not_in(WORK_ORDER_TERMINAL),
+    WorkOrder.id.in_(bindparam("order_ids", expanding=True)),
+))
+_EQUIPMENT_SLOTS = (
+    select(Equipment.id, Equipment.kind, Equipment.batch, Equipment.status,
+           EquipmentSlot.slot_no, EquipmentSlot.status, EquipmentSlot.current_job_id,
+           EquipmentSlot.occupied_at)
+    .outerjoin(EquipmentSlot, EquipmentSlot.equipment_id == Equipment.id)
+    .order_by(Equipment.id, EquipmentSlot.slot_no)
+)
+_OPEN_TASKS = (
+    select(Task.id, Task.kind, Task.status, Task.job_id, Task.equipment_id, Task.slot_no)
+    .where(Task.status.not_in(TASK_TERMINAL))
+    .order_by(Task.id)
+)
+_OPEN_ALARMS = (
+    select(Alarm.id, Alarm.code, Alarm.equipment_id, Alarm.job_id)
+    .where(Alarm.status.in_(ALARM_OPEN))
+    .order_by(Alarm.id)
+)
+
+
+def build_system_state(session: Session, layout: Layout, now: datetime) -> SystemState:
+    """Read one snapshot from the DB. Reads only; six SELECTs, no writes.
+
+    Live jobs are read whole except those still at the docking station: of
+    those only the head of the dock queue (``buffer_size`` pieces, the most a
+    refill can take) is read, so a 10 000-piece order costs no more than a
+    small one.
+    """
+    conn = session.connection()
+    job_rows = [
+        *conn.execute(_JOBS_OFF_DOCK).all(),
+        *conn.execute(_DOCK_HEAD, {"dock_head": layout.buffer_slots}).all(),
+    ]
+
+    order_ids = sorted({r[1] for r in job_rows})
+    orders = tuple(
+        OrderView(id=oid, status=status, priority=priority, created_at=created_at,
+                  route=_route(route))
+        for oid, status, priority, created_at, route in conn.execute(_ORDERS, {"order_ids": order_ids})
+    )
+    routes = {o.id: o.route for o in orders}
+    jobs = tuple(
+        JobView(
+            id=jid, order_id=oid, seq_no=seq_no, status=status, position_type=pos,
+            position_ref_id=ref, temp_slot_no=temp, step_index=step, created_at=created_at,
+            next_step=_next_step(routes.get(oid, ()), step),
+        )
+        for jid, oid, seq_no, status, pos, ref, temp, step, created_at in job_rows
+    )
+
+    kinds: dict[str, tuple] = {}
+    slots: dict[str, list[SlotView]] = {}
+    for eq_id, kind, batch, status, slot_no, slot_status, job_id, occupied_at in conn.execute(
+        _EQUIPMENT_SLOTS
+    ):
+        kinds[eq_id] = (kind, batch, status)
+        eq_slots = slots.setdefault(eq_id, [])
+        if slot_no is not None:
+            eq_slots.append(SlotView(equipment_id=eq_id, slot_no=slot_no, status=slot_status,
+                                     current_job_id=job_id, occupied_at=occupied_at))
+    equipment = tuple(
+        EquipmentView(id=eq_id, kind=kind, batch=batch, status=status, slots=tuple(slots[eq_id]))
+        for eq_id, (kind, batch, status) in kinds.items()
+    )
+
+    open_tasks = tuple(
+        TaskView(id=tid, kind=kind, status=status, job_id=job_id, equipment_id=eq_id, slot_no=slot_no)
+        for tid, kind, status, job_id, eq_id, slot_no in conn.execute(_OPEN_TASKS)
+    )
+    faults = tuple(
+        FaultView(id=aid, code=code, equipment_id=eq_id, job_id=job_id)
+        for aid, code, eq_id, job_id in conn.execute(_OPEN_ALARMS)
+    )
+    return SystemState(
+        now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
+        equipment=equipment, open_tasks=open_tasks, faults=faults,
+    )
