@@ -73,6 +73,43 @@ def cmd_up(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_sim(settings: Settings, args) -> int:
+    """The Modbus TCP line simulator in the foreground (deploy/REGISTER_MAP.md)."""
+    from services.hardware.sim.model import SimOptions
+    from services.hardware.sim.server import LineSimulator
+    from shared.layout import LayoutError, load_layout
+
+    try:
+        layout = load_layout(settings.line_file)
+    except LayoutError as exc:
+        print(f"linectl sim: bad layout: {exc}", file=sys.stderr)
+        return 2
+    if layout.plc is None:
+        print(f"linectl sim: {settings.line_file} has no plc: register map", file=sys.stderr)
+        return 2
+    options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
+                         pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
+    sim = LineSimulator(layout, options, settings.sim_host, args.port or settings.sim_port)
+    print(f"linectl sim: Modbus TCP on {sim.address}, unit {layout.plc.unit_id}, "
+          f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    sim.serve()
+    return 0
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 def _not_yet(name: str, issue: str):
     def run(settings: Settings, args) -> int:
         print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
@@ -84,7 +121,7 @@ def _not_yet(name: str, issue: str):
 COMMANDS = {
     "migrate": (cmd_migrate, "Alembic upgrade to head"),
     "up": (cmd_up, "the whole stack in the foreground"),
-    "sim": (_not_yet("sim", "the simulator arrives with the hardware issue"), "the Modbus TCP line simulator"),
+    "sim": (cmd_sim, "the Modbus TCP line simulator"),
     "shell": (_not_yet("shell", "arrives with the deployment issue"), "nameko shell with the project's config"),
     "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
 }
@@ -97,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
+        if name == "sim":
+            p.add_argument("--port", type=int, default=None,
+                           help="listen port (default LINECTL_SIM_PORT)")
+            p.add_argument("--scrap-rate", type=_rate, default=0.05,
+                           help="inspection fail probability, 0..1 (default 0.05)")
+            p.add_argument("--seed", type=int, default=None,
+                           help="fix inspection outcomes and barcodes")
+            p.add_argument("--pallet-size", type=int, default=4, help="pieces per pallet (default 4)")
+            p.add_argument("--pallet-seconds", type=_positive, default=30.0,
+                           help="simulated seconds before a new pallet once the dock is empty")
     return parser
 
 
