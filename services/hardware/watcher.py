@@ -59,8 +59,10 @@ class SignalWatcher:
         self.connected: bool | None = None  # unknown until the first poll
         self._done: dict[tuple[str, int], bool] = {}
         self._arrival_seq: int | None = None
+        self.polls = 0
 
     def poll(self) -> list[Signal]:
+        self.polls += 1
         try:
             state = read_state(self.link, self.layout)
         except PlcUnavailable as exc:

@@ -68,6 +68,8 @@ class LineModel:
         self.drop_request_ms = 0  # read and reset by the server
         self.response_delay_ms = 0
         self.marks: list[tuple[int, str]] = []  # (buffer slot, text), for the log and tests
+        # (action id, command code, simulated start, simulated end or None): what the robot did
+        self.robot_log: list[list] = []
         self._pallet_arrives()
 
     # -- time ------------------------------------------------------------------
@@ -139,6 +141,7 @@ class LineModel:
         code = self.mem[r + P.R_CMD_CODE]
         self.mem[r + P.R_ACK_ID] = action_id
         self.mem[r + P.R_STATE] = P.ROBOT_BUSY
+        self.robot_log.append([action_id, code, self.now(), None])
         if self.robot_hang_next:
             self.robot_hang_next, self.robot_hung = False, True
             log.info("sim: robot action %d hangs (injected)", action_id)
@@ -152,6 +155,7 @@ class LineModel:
         self.mem[r + P.R_ERROR_CODE] = error
         self.mem[r + P.R_STATE] = P.ROBOT_ERROR if error else P.ROBOT_DONE
         self.mem[r + P.R_DONE_ID] = action_id
+        self.robot_log[-1][3] = self.now()
         log.info("sim: robot action %d (code %d) finished, error %d", action_id, code, error)
 
     def _robot_effect(self, code: int) -> int:
