@@ -1,17 +1,21 @@
 """The simulator's Modbus TCP server: pymodbus ``ModbusTcpServer`` over a
 ``SimDevice`` whose action hook hands every request to the :class:`LineModel`.
 
-The asyncio loop runs in a real OS thread (``start``), even in a process that
-eventlet monkey-patched, so tests can run it next to nameko containers; or in
-the foreground (``serve``) as the ``linectl sim`` process.
+The asyncio loop runs in a thread (``start``) or in the foreground (``serve``,
+the ``linectl sim`` process). In a process eventlet monkey-patched (tests, next
+to nameko containers) that thread is a green thread: asyncio's selector is then
+eventlet's, so the loop yields to the hub while it waits. A real OS thread
+would not do there: it would share eventlet's green locks (logging's, for one)
+with the hub's thread, and a contended green lock cannot wake a waiter in
+another OS thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
-from eventlet import patcher
 from pymodbus.server import ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
@@ -19,7 +23,6 @@ from services.hardware.sim.model import LineModel, SimOptions
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
-_threading = patcher.original("threading")  # a real thread, not a greenlet
 
 
 class LineSimulator:
@@ -29,7 +32,7 @@ class LineSimulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: ModbusTcpServer | None = None
         self._stopping: asyncio.Event | None = None
-        self._ready = _threading.Event()
+        self._ready = threading.Event()
         self._thread = None
         self._error: BaseException | None = None
 
@@ -99,7 +102,7 @@ class LineSimulator:
                 self._error = exc
                 self._ready.set()
 
-        self._thread = _threading.Thread(target=target, name=f"sim-{self.port}", daemon=True)
+        self._thread = threading.Thread(target=target, name=f"sim-{self.port}", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout) or self._error:
             raise RuntimeError(f"simulator did not start on {self.address}: {self._error}")
@@ -113,6 +116,5 @@ class LineSimulator:
             self._stopping.set()
             await self._server.shutdown()
 
-        # no concurrent.futures wait here: its (green) lock cannot be woken from the sim's OS thread
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(_stop()))
         self._thread.join(timeout)
