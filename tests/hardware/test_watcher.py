@@ -1,24 +1,24 @@
 """The signal watcher: one event per edge, never one per poll."""
 
+from nameko.testing.services import entrypoint_hook
+
 from services.hardware.plc import PlcLink
-from services.hardware.sim.model import SimOptions
 from services.hardware.watcher import SignalWatcher
 from shared import events as ev
 from tests.hardware.conftest import line_of
 from tests.support.waiting import wait_for
 
 
+def run(container, received, method, *args):
+    with entrypoint_hook(container, method) as rpc:
+        return received.result(rpc(*args)["actionId"])
+
+
 def test_done_edges_are_reported_once_each(hardware, received, sim):
     for slot, job in ((1, 11), (2, 12)):
-        line_of(hardware)  # the service's own robot queue moves the pieces
-        with_result = received.result
-        from nameko.testing.services import entrypoint_hook
-        with entrypoint_hook(hardware, "dock_to_buffer") as rpc:
-            with_result(rpc("d", slot, job_id=job)["actionId"])
-        with entrypoint_hook(hardware, "buffer_to_equipment") as rpc:
-            with_result(rpc("l", slot, "MC1", slot, job_id=job)["actionId"])
-    with entrypoint_hook(hardware, "start_machine") as rpc:
-        received.result(rpc("s", "MC1", {1: 11, 2: 12})["actionId"])
+        run(hardware, received, "dock_to_buffer", "d", slot, job)
+        run(hardware, received, "buffer_to_equipment", "l", slot, "MC1", slot, job)
+    run(hardware, received, "start_machine", "s", "MC1", {1: 11, 2: 12})
     received.wait(ev.MACHINE_DONE, jobId=11)
     received.wait(ev.MACHINE_DONE, jobId=12)
     watcher = line_of(hardware).watcher
@@ -50,11 +50,8 @@ def test_watcher_edges_directly_against_the_simulator(layout, sim):
     watcher.link.close()
 
 
-def test_the_dock_refills_after_it_runs_empty(hardware, received, sim_options):
-    from nameko.testing.services import entrypoint_hook
+def test_the_dock_refills_after_it_runs_empty(hardware, received):
     for slot in range(1, 5):
-        with entrypoint_hook(hardware, "dock_to_buffer") as rpc:
-            assert received.result(rpc("d", slot)["actionId"])[0] == ev.ROBOT_ACTION_SUCCEEDED
+        assert run(hardware, received, "dock_to_buffer", "d", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
     wait_for(lambda: len(received.of(ev.PALLET_ARRIVED)) == 2, 20, message="a second pallet")
     assert received.of(ev.PALLET_ARRIVED) == [{"count": 4}, {"count": 4}]
-    assert isinstance(sim_options, SimOptions)
