@@ -28,6 +28,9 @@ from shared.config import load_settings
 from shared.layout import load_layout
 
 log = logging.getLogger(__name__)
+# pymodbus logs every failed connect and timeout (10 times a second while the
+# PLC is away); the watcher reports connection loss once per edge instead.
+logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 
 
 class LineHardware:

@@ -11,6 +11,7 @@ line_controller may have missed it while the service was down).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from services.hardware import plc as P
@@ -19,6 +20,7 @@ from shared import events as ev
 from shared.layout import Layout
 
 Signal = tuple[str, dict[str, Any]]
+log = logging.getLogger(__name__)
 
 
 def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:
@@ -68,11 +70,13 @@ class SignalWatcher:
         except PlcUnavailable as exc:
             if self.connected is not False:
                 self.connected = False
+                log.warning("PLC connection lost: %s", exc.message)
                 return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message})]
             return []
         signals: list[Signal] = []
         if self.connected is not True:
             self.connected = True
+            log.info("PLC connected at %s", self.link.address)
             signals.append((ev.PLC_CONNECTION, {"connected": True}))
         dock = state["dock"]
         if dock["arrivals"] != self._arrival_seq and (self._arrival_seq is not None or dock["pieces"]):
