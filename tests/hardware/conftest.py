@@ -105,19 +105,35 @@ def received(container_factory, nameko_config):
 
 @pytest.fixture
 def hw_config(nameko_config, sim_port):
+    # generous: the machine is shared; the fault tests shorten them where they need to
     return {**nameko_config,
             "LINECTL_PLC_ADDRESS": f"127.0.0.1:{sim_port}",
-            "LINECTL_HW_ACTION_TIMEOUT": 3.0,
-            "LINECTL_HW_MODBUS_TIMEOUT": 1.0}
+            "LINECTL_HW_ACTION_TIMEOUT": 15.0,
+            "LINECTL_HW_MODBUS_TIMEOUT": 5.0}
 
 
 @pytest.fixture
-def hardware(container_factory, hw_config, received, sim):
-    """The hardware service, running, once the watcher saw the PLC."""
-    container = container_factory(HardwareService, hw_config)
-    container.start()
-    received.wait(ev.PLC_CONNECTION, connected=True)
-    return container
+def make_hardware(container_factory, hw_config, received, sim):
+    """Start the hardware service (config overrides as keywords) and wait
+    until its watcher saw the PLC."""
+
+    made = []
+
+    def make(**overrides):
+        container = container_factory(HardwareService, {**hw_config, **overrides})
+        made.append(container)
+        container.start()
+        received.wait(ev.PLC_CONNECTION, connected=True)
+        return container
+
+    yield make
+    for container in made:  # before the simulator goes away
+        container.stop()
+
+
+@pytest.fixture
+def hardware(make_hardware):
+    return make_hardware()
 
 
 def line_of(container):

@@ -68,7 +68,8 @@ def test_a_machine_that_never_reports_done(hardware, received, control):
     received.wait(ev.MACHINE_DONE, machineId="MC1", jobId=4)
 
 
-def test_a_hung_robot_action_times_out(hardware, received, control):
+def test_a_hung_robot_action_times_out(make_hardware, received, control):
+    hardware = make_hardware(LINECTL_HW_ACTION_TIMEOUT=2.0)
     control.robot_hang()
     event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1)
     assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "ACTION_TIMEOUT")
@@ -76,8 +77,9 @@ def test_a_hung_robot_action_times_out(hardware, received, control):
     assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
 
 
-def test_a_slow_plc_is_a_modbus_timeout(hardware, received, control):
-    control.delay(2.0)  # the service gives each request 1 s
+def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
+    hardware = make_hardware(LINECTL_HW_MODBUS_TIMEOUT=1.0)
+    control.delay(3.0)  # the service gives each request 1 s
     event_type, payload = outcome(hardware, received, "scan", "t1", 1)
     assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "MODBUS_TIMEOUT")
     received.wait(ev.PLC_CONNECTION, connected=False)

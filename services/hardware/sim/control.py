@@ -1,14 +1,12 @@
 """Fault injection from outside: writes the simulator's control registers
 (deploy/REGISTER_MAP.md, "Simulator control") over Modbus TCP, as any Modbus
-tool could. Used by the tests and ``linectl sim --inject``."""
+tool could. Used by the tests and the benchmark."""
 
 from __future__ import annotations
 
 from services.hardware import plc as P
 from services.hardware.plc import PlcLink
 from shared.layout import Layout
-
-FAULTS = ("robot-error", "robot-hang", "machine-fault", "machine-hang", "drop", "delay", "clear")
 
 
 class SimControl:
