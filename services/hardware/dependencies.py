@@ -76,10 +76,16 @@ class LineHardware:
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         if isinstance(command, MachineStart):
-            self._spawn(lambda: self.publish(self.runner.run(request)))
+            self._spawn(lambda: self._start_machine(request))
         else:
             self.robot.put(request)
         return {"accepted": True, "actionId": request.action_id}
+
+    def _start_machine(self, request: ActionRequest) -> None:
+        try:
+            self.publish(self.runner.run(request))
+        except Exception:  # an exception in a managed thread would kill the container
+            log.exception("machine start %s: could not publish its result", request.action_id)
 
     def plc_state(self) -> dict[str, Any]:
         try:

@@ -48,6 +48,9 @@ class ActionRunner:
         except PlcUnavailable as exc:
             log.warning("action %s (%s) failed: %s", request.action_id, request.action, exc.message)
             return result(False, code=exc.code, message=exc.message)
+        except Exception as exc:  # still exactly one result for an accepted action
+            log.exception("action %s (%s) failed unexpectedly", request.action_id, request.action)
+            return result(False, code="PLC_ERROR", message=f"unexpected error: {exc}")
         return result(True, data)
 
     def _wait(self, started: float, what: str) -> None:
