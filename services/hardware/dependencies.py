@@ -11,7 +11,6 @@ Config keys (nameko config, all optional):
 
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any
 
@@ -53,21 +52,28 @@ class LineHardware:
         self.watcher = SignalWatcher(PlcLink(host, port, self.layout.plc.unit_id,
                                              timeout=self.link.timeout), self.layout)
         self._spawn = spawn
-        self._ids = itertools.count(self._first_action_id())
+        self._next_id = 1
+        self._ids_synced = False
+        self._sync_action_ids()
 
-    def _first_action_id(self) -> int:
+    def _sync_action_ids(self) -> None:
         """Continue after the ids the PLC last answered, so a restarted service
-        never mistakes an old acknowledgement for a new one."""
+        never mistakes an old acknowledgement for a new one. Tried until the
+        PLC first answers."""
         try:
             ack, _state, done = self.link.read(self.layout.plc.robot_base + P.R_ACK_ID, 3)
             seen = [ack, done]
             seen += [self.link.read(e.base + P.M_ACK_ID, 1)[0] for e in self.layout.plc.equipment]
         except PlcUnavailable:
-            return 1
-        return max(seen) + 1
+            return
+        self._next_id = max(self._next_id, max(seen) + 1)
+        self._ids_synced = True
 
     def next_action_id(self) -> int:
-        return (next(self._ids) - 1) % 0xFFFF + 1  # 1..65535: a register holds it
+        if not self._ids_synced:
+            self._sync_action_ids()
+        action_id, self._next_id = self._next_id, self._next_id + 1
+        return (action_id - 1) % 0xFFFF + 1  # 1..65535: a register holds it
 
     def publish(self, result: ActionResult) -> None:
         log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)

@@ -140,3 +140,14 @@ def test_rpc_over_the_transport(hardware, received, hw_config):
     assert [e["id"] for e in state["equipment"]] == ["MC1", "MC2", "WASH1", "INSP1"]
     assert state["buffer"][7] == {"slotNo": 8, "occupied": True}
     assert state["dock"]["pieces"] == 3
+
+
+def test_a_restarted_service_continues_after_the_plcs_action_ids(make_hardware, received):
+    first = make_hardware()
+    answer = call(first, "dock_to_buffer", "a", 1)
+    received.result(answer["actionId"])
+    first.stop()
+    second = make_hardware()
+    again = call(second, "scan", "b", 1)
+    assert again["actionId"] > answer["actionId"]
+    assert received.result(again["actionId"])[0] == ev.TOOL_ACTION_SUCCEEDED
