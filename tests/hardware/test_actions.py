@@ -100,7 +100,7 @@ def test_the_robot_runs_concurrent_requests_one_at_a_time_in_order(hardware, rec
     for previous, current in zip(log, log[1:], strict=False):
         assert current[2] >= previous[3]  # never started before the previous one ended
     finished = [p["actionId"] for t, p in received.events if t in ev.WORKER_RESULTS]
-    assert finished == ids
+    assert sorted(finished) == ids  # one result each (result types use separate queues: no order across them)
 
 
 def test_invalid_requests_are_rejected_without_an_event(hardware, received):

@@ -90,7 +90,7 @@ def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
 
 
 def test_a_dropped_connection_is_signalled_and_recovered(hardware, received, control):
-    control.drop(2.0)
+    control.drop(3.0)
     down = received.wait(ev.PLC_CONNECTION, connected=False)
     assert down["error"]
     event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1)

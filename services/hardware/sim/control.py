@@ -13,7 +13,7 @@ class SimControl:
     def __init__(self, layout: Layout, host: str, port: int):
         self.layout = layout
         self.base = layout.plc.sim_control_base
-        self.link = PlcLink(host, port, layout.plc.unit_id, timeout=5.0)
+        self.link = PlcLink(host, port, layout.plc.unit_id, timeout=10.0)
 
     def _set(self, offset: int, value: int) -> None:
         self.link.write(self.base + offset, [value])
