@@ -118,6 +118,43 @@ def cmd_purge(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_sim(settings: Settings, args) -> int:
+    """The Modbus TCP line simulator in the foreground (deploy/REGISTER_MAP.md)."""
+    from services.hardware.sim.model import SimOptions
+    from services.hardware.sim.server import LineSimulator
+    from shared.layout import LayoutError, load_layout
+
+    try:
+        layout = load_layout(settings.line_file)
+    except LayoutError as exc:
+        print(f"linectl sim: bad layout: {exc}", file=sys.stderr)
+        return 2
+    if layout.plc is None:
+        print(f"linectl sim: {settings.line_file} has no plc: register map", file=sys.stderr)
+        return 2
+    options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
+                         pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
+    sim = LineSimulator(layout, options, settings.sim_host, args.port or settings.sim_port)
+    print(f"linectl sim: Modbus TCP on {sim.address}, unit {layout.plc.unit_id}, "
+          f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    sim.serve()
+    return 0
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 def _not_yet(name: str, issue: str):
     def run(settings: Settings, args) -> int:
         print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
@@ -129,7 +166,7 @@ def _not_yet(name: str, issue: str):
 COMMANDS = {
     "migrate": (cmd_migrate, "Alembic upgrade to head"),
     "up": (cmd_up, "the whole stack in the foreground"),
-    "sim": (_not_yet("sim", "the simulator arrives with the hardware issue"), "the Modbus TCP line simulator"),
+    "sim": (cmd_sim, "the Modbus TCP line simulator"),
     "shell": (cmd_shell, "nameko shell with the project's config and helpers"),
     "purge": (cmd_purge, "delete old event log, messages, audit rows and finished AI jobs"),
     "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
@@ -146,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "purge":
             p.add_argument("--event-days", type=int, default=30, help="keep this many days of events")
             p.add_argument("--ai-days", type=int, default=90, help="keep finished AI jobs this long")
+        if name == "sim":
+            p.add_argument("--port", type=int, default=None,
+                           help="listen port (default LINECTL_SIM_PORT)")
+            p.add_argument("--scrap-rate", type=_rate, default=0.05,
+                           help="inspection fail probability, 0..1 (default 0.05)")
+            p.add_argument("--seed", type=int, default=None,
+                           help="fix inspection outcomes and barcodes")
+            p.add_argument("--pallet-size", type=int, default=4, help="pieces per pallet (default 4)")
+            p.add_argument("--pallet-seconds", type=_positive, default=30.0,
+                           help="simulated seconds before a new pallet once the dock is empty")
     return parser
 
 

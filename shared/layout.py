@@ -8,6 +8,7 @@ fails with :class:`LayoutError` naming the offending entry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,54 @@ class ProductSpec:
 
 
 @dataclass(frozen=True)
+class EquipmentRegisters:
+    """Where one machine's register block is, and its robot station number."""
+
+    equipment_id: str
+    station: int
+    base: int
+    slots: int
+
+    @property
+    def size(self) -> int:
+        return MACHINE_HEADER + MACHINE_SLOT_STRIDE * self.slots
+
+
+@dataclass(frozen=True)
+class PlcMap:
+    """The ``plc:`` keys of the layout: base addresses of every register block.
+
+    Offsets inside each block are fixed by deploy/REGISTER_MAP.md
+    (``services.hardware.plc`` names them); only the bases are data."""
+
+    unit_id: int
+    robot_base: int
+    dock_base: int
+    buffer_base: int
+    sim_control_base: int
+    dock_station: int
+    buffer_station: int
+    equipment: tuple[EquipmentRegisters, ...]
+
+    def for_equipment(self, equipment_id: str) -> EquipmentRegisters:
+        for e in self.equipment:
+            if e.equipment_id == equipment_id:
+                return e
+        raise KeyError(equipment_id)
+
+    def by_station(self, station: int) -> EquipmentRegisters | None:
+        return next((e for e in self.equipment if e.station == station), None)
+
+
+# Block sizes (registers); the offsets inside are in services/hardware/plc.py.
+ROBOT_BLOCK = 48
+DOCK_BLOCK = 4
+SIM_CONTROL_BLOCK = 8
+MACHINE_HEADER = 8
+MACHINE_SLOT_STRIDE = 8
+
+
+@dataclass(frozen=True)
 class Layout:
     id: str
     name: str
@@ -70,6 +119,7 @@ class Layout:
     tools: tuple[ToolSpec, ...]
     products: tuple[ProductSpec, ...]
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+    plc: PlcMap | None = None
 
     def equipment_by_id(self, equipment_id: str) -> EquipmentSpec:
         for e in self.equipment:
@@ -174,7 +224,10 @@ def parse_layout(data: dict) -> Layout:
             raise LayoutError(f"{where}: empty route")
         products.append(ProductSpec(id=pid, name=str(p.get("name", pid)), route=tuple(steps)))
 
+    plc = _parse_plc(data["plc"], buffer_slots, equipment) if "plc" in data else None
+
     return Layout(
+        plc=plc,
         id=str(line.get("id", "line")),
         name=str(line.get("name", "Line")),
         buffer_slots=buffer_slots,
@@ -182,6 +235,66 @@ def parse_layout(data: dict) -> Layout:
         tools=tools,
         products=tuple(products),
         raw=data,
+    )
+
+
+def _address(mapping: dict, key: str, where: str) -> int:
+    value = _require(mapping, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise LayoutError(f"{where}.{key}: expected a register address 0..65535, got {value!r}")
+    return value
+
+
+def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) -> PlcMap:
+    if not isinstance(data, dict):
+        raise LayoutError("plc: not a mapping")
+    unit_id = data.get("unitId", 1)
+    if isinstance(unit_id, bool) or not isinstance(unit_id, int) or not 0 <= unit_id <= 255:
+        raise LayoutError(f"plc.unitId: expected 0..255, got {unit_id!r}")
+    robot = _require(data, "robot", "plc")
+    dock = _require(data, "dock", "plc")
+    buffer = _require(data, "buffer", "plc")
+    control = data.get("simControl") or {}
+    blocks = [
+        ("plc.robot", _address(robot, "base", "plc.robot"), ROBOT_BLOCK),
+        ("plc.dock", _address(dock, "base", "plc.dock"), DOCK_BLOCK),
+        ("plc.buffer", _address(buffer, "base", "plc.buffer"), buffer_slots),
+    ]
+    sim_control_base = _address(control, "base", "plc.simControl") if control else 0
+    if control:
+        blocks.append(("plc.simControl", sim_control_base, SIM_CONTROL_BLOCK))
+    dock_station = _address(dock, "station", "plc.dock")
+    buffer_station = _address(buffer, "station", "plc.buffer")
+    stations = {dock_station: "plc.dock", buffer_station: "plc.buffer"}
+    if len(stations) != 2:
+        raise LayoutError("plc: dock and buffer share a station number")
+    regs = []
+    for e in equipment:
+        where = f"equipment {e.id}: plc"
+        if not e.plc:
+            raise LayoutError(f"{where}: missing (station and base are required with a plc map)")
+        station = _address(e.plc, "station", where)
+        if station in stations:
+            raise LayoutError(f"{where}.station {station} is already used by {stations[station]}")
+        stations[station] = where
+        r = EquipmentRegisters(e.id, station, _address(e.plc, "base", where), e.slots)
+        blocks.append((where, r.base, r.size))
+        regs.append(r)
+    blocks.sort(key=lambda b: b[1])
+    for (name_a, base_a, size_a), (name_b, base_b, _size_b) in pairwise(blocks):
+        if base_a + size_a > base_b:
+            raise LayoutError(f"{name_b}: register block at {base_b} overlaps {name_a} ({base_a}..{base_a + size_a - 1})")
+    if blocks[-1][1] + blocks[-1][2] > 65536:
+        raise LayoutError(f"{blocks[-1][0]}: register block runs past address 65535")
+    return PlcMap(
+        unit_id=unit_id,
+        robot_base=_address(robot, "base", "plc.robot"),
+        dock_base=_address(dock, "base", "plc.dock"),
+        buffer_base=_address(buffer, "base", "plc.buffer"),
+        sim_control_base=sim_control_base,
+        dock_station=dock_station,
+        buffer_station=buffer_station,
+        equipment=tuple(regs),
     )
 
 

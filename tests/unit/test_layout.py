@@ -23,3 +23,43 @@ def test_a_route_naming_missing_equipment_is_rejected():
     }
     with pytest.raises(LayoutError, match="grinding"):
         parse_layout(data)
+
+
+def _with_plc(**changes):
+    data = {
+        "line": {"bufferSlots": 8},
+        "plc": {"robot": {"base": 100}, "dock": {"base": 80, "station": 1},
+                "buffer": {"base": 60, "station": 2}},
+        "equipment": [{"id": "M", "kind": "machining", "slots": 2, "plc": {"station": 10, "base": 200}}],
+        "products": [{"id": "P", "route": [{"op": "process", "equipmentKind": "machining"}]}],
+    }
+    data["plc"].update(changes.get("plc", {}))
+    if "equipment_plc" in changes:
+        data["equipment"][0]["plc"] = changes["equipment_plc"]
+    return data
+
+
+def test_the_demo_layout_has_a_register_map():
+    plc = load_layout(Settings().line_file).plc
+    assert (plc.unit_id, plc.robot_base, plc.dock_station, plc.buffer_station) == (1, 100, 1, 2)
+    wash = plc.for_equipment("WASH1")
+    assert (wash.station, wash.base, wash.slots) == (13, 400, 4)
+    assert plc.by_station(14).equipment_id == "INSP1"
+
+
+def test_a_layout_without_plc_keys_still_loads():
+    data = _with_plc()
+    del data["plc"]
+    assert parse_layout(data).plc is None
+
+
+def test_bad_register_maps_are_rejected():
+    with pytest.raises(LayoutError, match="overlaps"):
+        parse_layout(_with_plc(equipment_plc={"station": 10, "base": 120}))  # inside the robot block
+    with pytest.raises(LayoutError, match="station 1 is already used"):
+        parse_layout(_with_plc(equipment_plc={"station": 1, "base": 200}))
+    with pytest.raises(LayoutError, match="equipment M: plc"):
+        parse_layout(_with_plc(equipment_plc={}))
+    with pytest.raises(LayoutError, match="plc.robot.base"):
+        parse_layout(_with_plc(plc={"robot": {"base": -1}}))
+    assert parse_layout(_with_plc()).plc.for_equipment("M").size == 24

@@ -1,0 +1,119 @@
+"""The hardware service's DependencyProvider: the PLC link, the robot queue,
+machine starts and the signal watcher, built once per container from config.
+
+Config keys (nameko config, all optional):
+
+- ``LINECTL_PLC_ADDRESS`` ``"host:port"``: overrides ``load_settings().plc_address``
+- ``LINECTL_LINE_FILE``: overrides ``load_settings().line_file``
+- ``LINECTL_HW_ACTION_TIMEOUT`` seconds an accepted action may take (default 120)
+- ``LINECTL_HW_MODBUS_TIMEOUT`` seconds a Modbus request may take (default 2)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nameko.extensions import DependencyProvider
+from nameko.standalone.events import event_dispatcher
+
+from services.hardware import plc as P
+from services.hardware.actions import ActionRequest, ActionResult, CommandBuilder, MachineStart
+from services.hardware.plc import PlcLink, PlcUnavailable, parse_address
+from services.hardware.robot import ActionRunner, RobotQueue
+from services.hardware.watcher import SignalWatcher, read_state
+from shared import events as ev
+from shared.config import load_settings
+from shared.layout import load_layout
+
+log = logging.getLogger(__name__)
+# pymodbus logs every failed connect and timeout (10 times a second while the
+# PLC is away); the watcher reports connection loss once per edge instead.
+logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
+
+
+class LineHardware:
+    """What the service's entrypoints see (one instance per container)."""
+
+    def __init__(self, config: dict, spawn):
+        settings = load_settings()
+        self.layout = load_layout(config.get("LINECTL_LINE_FILE") or settings.line_file)
+        if self.layout.plc is None:
+            raise ValueError("the line layout has no plc: register map (see deploy/REGISTER_MAP.md)")
+        address = config.get("LINECTL_PLC_ADDRESS")
+        host, port = parse_address(address) if address else settings.plc_address
+        self.link = PlcLink(host, port, self.layout.plc.unit_id,
+                            timeout=float(config.get("LINECTL_HW_MODBUS_TIMEOUT", 2.0)))
+        self.commands = CommandBuilder(self.layout)
+        self.runner = ActionRunner(self.link, self.layout,
+                                   float(config.get("LINECTL_HW_ACTION_TIMEOUT", 120.0)))
+        self._dispatch = event_dispatcher(config)
+        self.robot = RobotQueue(self.runner, self.publish)
+        self.watcher = SignalWatcher(PlcLink(host, port, self.layout.plc.unit_id,
+                                             timeout=self.link.timeout), self.layout)
+        self._spawn = spawn
+        self._next_id = 1
+        self._ids_synced = False
+        self._sync_action_ids()
+
+    def _sync_action_ids(self) -> None:
+        """Continue after the ids the PLC last answered, so a restarted service
+        never mistakes an old acknowledgement for a new one. Tried until the
+        PLC first answers."""
+        try:
+            ack, _state, done = self.link.read(self.layout.plc.robot_base + P.R_ACK_ID, 3)
+            seen = [ack, done]
+            seen += [self.link.read(e.base + P.M_ACK_ID, 1)[0] for e in self.layout.plc.equipment]
+        except PlcUnavailable:
+            return
+        self._next_id = max(self._next_id, max(seen) + 1)
+        self._ids_synced = True
+
+    def next_action_id(self) -> int:
+        if not self._ids_synced:
+            self._sync_action_ids()
+        action_id, self._next_id = self._next_id, self._next_id + 1
+        return (action_id - 1) % 0xFFFF + 1  # 1..65535: a register holds it
+
+    def publish(self, result: ActionResult) -> None:
+        log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)
+        self._dispatch(ev.HARDWARE, result.event_type, result.payload())
+
+    def submit(self, correlation_id: str, command) -> dict[str, Any]:
+        request = ActionRequest(correlation_id, self.next_action_id(), command)
+        if isinstance(command, MachineStart):
+            self._spawn(lambda: self._start_machine(request))
+        else:
+            self.robot.put(request)
+        return {"accepted": True, "actionId": request.action_id}
+
+    def _start_machine(self, request: ActionRequest) -> None:
+        try:
+            self.publish(self.runner.run(request))
+        except Exception:  # an exception in a managed thread would kill the container
+            log.exception("machine start %s: could not publish its result", request.action_id)
+
+    def plc_state(self) -> dict[str, Any]:
+        try:
+            return read_state(self.link, self.layout)
+        except PlcUnavailable as exc:
+            return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
+
+    def close(self) -> None:
+        self.link.close()
+        self.watcher.link.close()
+
+
+class Hardware(DependencyProvider):
+    def setup(self):
+        # built before any entrypoint starts (setup of every extension precedes start)
+        self.hardware = LineHardware(self.container.config, self.container.spawn_managed_thread)
+
+    def start(self):
+        self.container.spawn_managed_thread(self.hardware.robot.run_forever)
+
+    def stop(self):
+        self.hardware.close()
+
+    def get_dependency(self, worker_ctx):
+        return self.hardware

@@ -1,0 +1,141 @@
+"""Fixtures for the hardware tests: the line simulator in a thread on a free
+port, its fault-injection client, the hardware service pointed at it, and a
+listener service collecting every hardware event."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from nameko.events import BROADCAST, event_handler
+from nameko.testing.utils import get_extension
+
+from services.hardware.dependencies import Hardware
+from services.hardware.service import HardwareService
+from services.hardware.sim.control import SimControl
+from services.hardware.sim.model import SimOptions
+from services.hardware.sim.server import LineSimulator
+from shared import events as ev
+from shared.config import Settings
+from shared.layout import load_layout
+from tests.support.waiting import wait_for
+
+SPEED = 200.0  # a 12 s machining cycle takes 60 ms
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def layout():
+    return load_layout(Settings().line_file)
+
+
+@pytest.fixture
+def sim_options():
+    return SimOptions(speed=SPEED, scrap_rate=0.0, seed=7, pallet_size=4, pallet_seconds=30.0)
+
+
+@pytest.fixture
+def sim_port():
+    return free_port()
+
+
+@pytest.fixture
+def sim(layout, sim_options, sim_port):
+    simulator = LineSimulator(layout, sim_options, "127.0.0.1", sim_port).start()
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def control(layout, sim):
+    ctl = SimControl(layout, sim.host, sim.port)
+    yield ctl
+    ctl.close()
+
+
+class Received:
+    """Every hardware event the listener saw, in arrival order."""
+
+    def __init__(self):
+        self.events: list[tuple[str, dict]] = []
+
+    def of(self, event_type: str, **match) -> list[dict]:
+        return [p for t, p in self.events
+                if t == event_type and all(p.get(k) == v for k, v in match.items())]
+
+    def wait(self, event_type: str, timeout: float = 20.0, **match) -> dict:
+        return wait_for(lambda: (self.of(event_type, **match) or [None])[-1], timeout,
+                        message=f"{event_type} {match}")
+
+    def result(self, action_id: int, timeout: float = 20.0) -> tuple[str, dict]:
+        def find():
+            for t, p in self.events:
+                if t in ev.WORKER_RESULTS and p.get("actionId") == action_id:
+                    return t, p
+            return None
+        return wait_for(find, timeout, message=f"the result of action {action_id}")
+
+
+def _listener(received: Received):
+    def handler(event_type):
+        @event_handler(ev.HARDWARE, event_type, handler_type=BROADCAST, reliable_delivery=False)
+        def handle(self, payload):
+            received.events.append((event_type, payload))
+        handle.__name__ = f"on_{event_type}"
+        return handle
+
+    attrs = {"name": "hardware_listener"}
+    for event_type in (*ev.WORKER_RESULTS, *ev.PLC_SIGNALS):
+        attrs[f"on_{event_type}"] = handler(event_type)
+    return type("HardwareListener", (), attrs)
+
+
+@pytest.fixture
+def received(container_factory, nameko_config):
+    received = Received()
+    container = container_factory(_listener(received), nameko_config)
+    container.start()
+    return received
+
+
+@pytest.fixture
+def hw_config(nameko_config, sim_port):
+    # generous: the machine is shared; the fault tests shorten them where they need to
+    return {**nameko_config,
+            "LINECTL_PLC_ADDRESS": f"127.0.0.1:{sim_port}",
+            "LINECTL_HW_ACTION_TIMEOUT": 15.0,
+            "LINECTL_HW_MODBUS_TIMEOUT": 5.0}
+
+
+@pytest.fixture
+def make_hardware(container_factory, hw_config, received, sim):
+    """Start the hardware service (config overrides as keywords) and wait
+    until its watcher saw the PLC."""
+
+    made = []
+
+    def make(**overrides):
+        container = container_factory(HardwareService, {**hw_config, **overrides})
+        made.append(container)
+        container.start()
+        received.wait(ev.PLC_CONNECTION, connected=True)
+        return container
+
+    yield make
+    for container in made:  # before the simulator goes away
+        container.stop()
+
+
+@pytest.fixture
+def hardware(make_hardware):
+    return make_hardware()
+
+
+def line_of(container):
+    """The container's LineHardware (state the tests may inspect)."""
+    return get_extension(container, Hardware).hardware

@@ -1,0 +1,127 @@
+"""Each injected fault becomes the right Failed event (or connection signal),
+and the service carries on by itself once the fault is gone."""
+
+import pytest
+from nameko.testing.services import entrypoint_hook
+
+from services.hardware.service import HardwareService
+from services.hardware.sim.server import LineSimulator
+from shared import events as ev
+from tests.hardware.conftest import free_port, line_of
+from tests.support.waiting import wait_for
+
+
+def call(container, method, *args, **kwargs):
+    with entrypoint_hook(container, method) as rpc:
+        return rpc(*args, **kwargs)
+
+
+def outcome(container, received, method, *args, **kwargs):
+    answer = call(container, method, *args, **kwargs)
+    assert answer["accepted"] is True, answer
+    return received.result(answer["actionId"])
+
+
+def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, received, control):
+    control.robot_error(3)
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1, job_id=9)
+    assert event_type == ev.ROBOT_ACTION_FAILED
+    assert payload["errorCode"] == "PLC_ERROR"
+    assert "gripper fault" in payload["errorMessage"]
+    assert payload["correlationId"] == "t1" and payload["action"] == ev.DOCK_TO_BUFFER
+    assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    # a real PLC refusal: the slot is now occupied
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "t3", 1)
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "PLC_ERROR")
+    assert "occupied" in payload["errorMessage"]
+    # tools fail as tool actions
+    event_type, payload = outcome(hardware, received, "scan", "t4", 5)
+    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "PLC_ERROR")
+
+
+def test_machine_fault_fails_the_start_until_cleared(hardware, received, control):
+    outcome(hardware, received, "dock_to_buffer", "d", 1, job_id=3)
+    outcome(hardware, received, "buffer_to_equipment", "l", 1, "MC2", 1, job_id=3)
+    control.machine_fault("MC2")
+    event_type, payload = outcome(hardware, received, "start_machine", "s1", "MC2")
+    assert (event_type, payload["errorCode"]) == (ev.MACHINE_START_FAILED, "PLC_ERROR")
+    assert "machine fault" in payload["errorMessage"]
+    mc2 = next(e for e in call(hardware, "plc_state")["equipment"] if e["id"] == "MC2")
+    assert mc2["fault"] == 6 and mc2["running"] is False
+    control.clear()
+    assert outcome(hardware, received, "start_machine", "s2", "MC2")[0] == ev.MACHINE_START_SUCCEEDED
+    received.wait(ev.MACHINE_DONE, machineId="MC2", slotNo=1, jobId=3)
+
+
+def test_a_machine_that_never_reports_done(hardware, received, control):
+    outcome(hardware, received, "dock_to_buffer", "d", 1, job_id=4)
+    outcome(hardware, received, "buffer_to_equipment", "l", 1, "MC1", 1, job_id=4)
+    control.machine_hang("MC1")
+    assert outcome(hardware, received, "start_machine", "s", "MC1")[0] == ev.MACHINE_START_SUCCEEDED
+    watcher = line_of(hardware).watcher
+    polls = watcher.polls
+    wait_for(lambda: watcher.polls >= polls + 10, 20)  # many cycle lengths later
+    assert received.of(ev.MACHINE_DONE) == []
+    mc1 = next(e for e in call(hardware, "plc_state")["equipment"] if e["id"] == "MC1")
+    assert mc1["running"] is True and mc1["slots"][0]["done"] is False
+    control.clear()
+    received.wait(ev.MACHINE_DONE, machineId="MC1", jobId=4)
+
+
+def test_a_hung_robot_action_times_out(make_hardware, received, control):
+    hardware = make_hardware(LINECTL_HW_ACTION_TIMEOUT=2.0)
+    control.robot_hang()
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1)
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "ACTION_TIMEOUT")
+    control.clear()
+    assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+
+
+def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
+    hardware = make_hardware(LINECTL_HW_MODBUS_TIMEOUT=1.0)
+    control.delay(3.0)  # the service gives each request 1 s
+    event_type, payload = outcome(hardware, received, "scan", "t1", 1)
+    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "MODBUS_TIMEOUT")
+    received.wait(ev.PLC_CONNECTION, connected=False)
+    control.delay(0)
+    wait_for(lambda: len(received.of(ev.PLC_CONNECTION, connected=True)) == 2, 30,
+             message="the watcher reconnecting")
+    assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+
+
+def test_a_dropped_connection_is_signalled_and_recovered(hardware, received, control):
+    control.drop(3.0)
+    down = received.wait(ev.PLC_CONNECTION, connected=False)
+    assert down["error"]
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1)
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "CONNECTION_REFUSED")
+    wait_for(lambda: len(received.of(ev.PLC_CONNECTION, connected=True)) == 2, 30,
+             message="the watcher reconnecting")
+    assert len(received.of(ev.PLC_CONNECTION, connected=False)) == 1  # once per edge
+    assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    assert call(hardware, "plc_state")["connected"] is True
+
+
+@pytest.fixture
+def late_port():
+    return free_port()
+
+
+def test_no_plc_at_start_then_it_appears(container_factory, nameko_config, received, layout,
+                                         sim_options, late_port):
+    config = {**nameko_config, "LINECTL_PLC_ADDRESS": f"127.0.0.1:{late_port}",
+              "LINECTL_HW_ACTION_TIMEOUT": 3.0}
+    container = container_factory(HardwareService, config)
+    container.start()
+    assert received.wait(ev.PLC_CONNECTION, connected=False)["error"]
+    assert call(container, "plc_state")["connected"] is False
+    event_type, payload = outcome(container, received, "dock_to_buffer", "t1", 1)
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "CONNECTION_REFUSED")
+    sim = LineSimulator(layout, sim_options, "127.0.0.1", late_port).start()
+    try:
+        received.wait(ev.PLC_CONNECTION, connected=True)
+        received.wait(ev.PALLET_ARRIVED, count=4)
+        assert outcome(container, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    finally:
+        container.stop()
+        sim.stop()

@@ -1,0 +1,57 @@
+"""The signal watcher: one event per edge, never one per poll."""
+
+from nameko.testing.services import entrypoint_hook
+
+from services.hardware.plc import PlcLink
+from services.hardware.watcher import SignalWatcher
+from shared import events as ev
+from tests.hardware.conftest import line_of
+from tests.support.waiting import wait_for
+
+
+def run(container, received, method, *args):
+    with entrypoint_hook(container, method) as rpc:
+        return received.result(rpc(*args)["actionId"])
+
+
+def test_done_edges_are_reported_once_each(hardware, received, sim):
+    for slot, job in ((1, 11), (2, 12)):
+        run(hardware, received, "dock_to_buffer", "d", slot, job)
+        run(hardware, received, "buffer_to_equipment", "l", slot, "MC1", slot, job)
+    run(hardware, received, "start_machine", "s", "MC1", {1: 11, 2: 12})
+    received.wait(ev.MACHINE_DONE, jobId=11)
+    received.wait(ev.MACHINE_DONE, jobId=12)
+    watcher = line_of(hardware).watcher
+    polls = watcher.polls
+    wait_for(lambda: watcher.polls >= polls + 10, 20)
+    done = received.of(ev.MACHINE_DONE)
+    assert [(d["slotNo"], d["jobId"]) for d in done] == [(1, 11), (2, 12)]
+    assert len(received.of(ev.PALLET_ARRIVED)) == 1
+    assert len(received.of(ev.PLC_CONNECTION)) == 1
+
+
+def test_watcher_edges_directly_against_the_simulator(layout, sim):
+    watcher = SignalWatcher(PlcLink(sim.host, sim.port, layout.plc.unit_id), layout)
+    first = watcher.poll()
+    assert first == [(ev.PLC_CONNECTION, {"connected": True}), (ev.PALLET_ARRIVED, {"count": 4})]
+    assert watcher.poll() == [] and watcher.poll() == []
+    # a done slot and a new pallet appear between two polls: one event each
+    model = sim.model
+    wash = layout.plc.for_equipment("WASH1")
+    model.mem[wash.base + 8 + 8 + 1] = 1  # slot 2 done
+    model.mem[layout.plc.dock_base + 1] += 1  # another pallet arrival
+    assert watcher.poll() == [(ev.PALLET_ARRIVED, {"count": 4}),
+                              (ev.MACHINE_DONE, {"machineId": "WASH1", "slotNo": 2})]
+    assert watcher.poll() == []
+    model.mem[wash.base + 8 + 8 + 1] = 0  # unloaded: the falling edge is silent
+    assert watcher.poll() == []
+    model.mem[wash.base + 8 + 8 + 1] = 1
+    assert len(watcher.poll()) == 1
+    watcher.link.close()
+
+
+def test_the_dock_refills_after_it_runs_empty(hardware, received):
+    for slot in range(1, 5):
+        assert run(hardware, received, "dock_to_buffer", "d", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    wait_for(lambda: len(received.of(ev.PALLET_ARRIVED)) == 2, 20, message="a second pallet")
+    assert received.of(ev.PALLET_ARRIVED) == [{"count": 4}, {"count": 4}]
