@@ -73,6 +73,12 @@ def cmd_up(settings: Settings, args) -> int:
     return 0
 
 
+def _runtime():
+    from services.ai_runtime import cli
+
+    return cli
+
+
 def _not_yet(name: str, issue: str):
     def run(settings: Settings, args) -> int:
         print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
@@ -86,7 +92,7 @@ COMMANDS = {
     "up": (cmd_up, "the whole stack in the foreground"),
     "sim": (_not_yet("sim", "the simulator arrives with the hardware issue"), "the Modbus TCP line simulator"),
     "shell": (_not_yet("shell", "arrives with the deployment issue"), "nameko shell with the project's config"),
-    "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
+    "runtime": (lambda settings, args: _runtime().cmd_runtime(settings, args), "the reference AI Runtime worker"),
 }
 
 
@@ -97,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
+        if name == "runtime":
+            _runtime().add_arguments(p)
     return parser
 
 
