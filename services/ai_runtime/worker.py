@@ -8,6 +8,7 @@ stops the job: nothing more is submitted for that attempt.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -73,10 +74,16 @@ class RuntimeWorker:
         return free
 
     def _poll_once(self, free: int) -> int:
-        jobs = self.client.poll(self.capabilities, limit=min(free, 50), claim=self.claim)
+        if self.claim:
+            jobs = self.client.poll(self.capabilities, limit=min(free, 50), claim=True)
+        else:
+            # Other runtimes see the same top rows: take a wider page and try it
+            # in random order, so they spread out instead of all racing for one.
+            jobs = self.client.poll(self.capabilities, limit=min(free * 5, 50))
+            random.shuffle(jobs)
         started = 0
         for job in jobs:
-            if self._stopping.is_set():
+            if self._stopping.is_set() or started >= free:
                 break
             if not self.claim:
                 try:

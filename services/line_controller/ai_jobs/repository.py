@@ -405,17 +405,12 @@ def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:
 # -- runtime side --------------------------------------------------------------------
 
 
-def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str],
-         limit: int = POLL_LIMIT_DEFAULT, claim: bool = False) -> list[dict]:
-    """Pending, available jobs of the given types, ``priority ASC, createdAt ASC``.
-
-    One index range scan per capability (``ix_ai_runtime_job_poll`` is
-    ``(job_type, priority, created_at) WHERE status='pending'``), merged. With
-    ``claim`` the rows are locked (SKIP LOCKED, so concurrent claimers take
-    different rows) and leased to ``runtime_id`` in the same statement."""
-    if not 1 <= limit <= POLL_LIMIT_MAX:
-        raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
-    expire_due(session, timings)
+def poll_sql(claim: bool) -> str:
+    """The poll statement: one index range scan per capability
+    (``ix_ai_runtime_job_poll`` is ``(job_type, priority, created_at) WHERE
+    status='pending'``), merged by ``priority, created_at``. With ``claim`` the
+    picked rows are locked (SKIP LOCKED, so concurrent claimers take different
+    rows) and leased in the same statement."""
     lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
     pick = f"""
         SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
@@ -428,14 +423,10 @@ def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str
         ORDER BY c.priority, c.created_at
         LIMIT :limit
     """
-    params = {"caps": list(capabilities), "limit": limit, "rid": runtime_id, "lease": timings.lock_seconds}
     if not claim:
-        rows = session.execute(
-            text(f"SELECT {JOB_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM ({pick}) p)"
-                 " ORDER BY priority, created_at"), params).all()
-        return [poll_item(r, claimed=False) for r in rows]
-    rows = session.execute(
-        text(f"""
+        return (f"SELECT {JOB_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM ({pick}) p)"
+                " ORDER BY priority, created_at")
+    return f"""
         WITH picked AS ({pick}), upd AS (
             UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
                    lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
@@ -447,8 +438,22 @@ def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str
             SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
         )
         SELECT {JOB_COLUMNS} FROM upd ORDER BY priority, created_at
-        """), params).all()
-    return [poll_item(r, claimed=True) for r in rows]
+    """
+
+
+def poll_params(capabilities, limit: int, runtime_id: str, timings: QueueTimings) -> dict:
+    return {"caps": list(capabilities), "limit": limit, "rid": runtime_id, "lease": timings.lock_seconds}
+
+
+def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str],
+         limit: int = POLL_LIMIT_DEFAULT, claim: bool = False) -> list[dict]:
+    """Pending, available jobs of the given types, ``priority ASC, createdAt ASC``
+    (see :func:`poll_sql`); expiry is applied first."""
+    if not 1 <= limit <= POLL_LIMIT_MAX:
+        raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
+    expire_due(session, timings)
+    rows = session.execute(text(poll_sql(claim)), poll_params(capabilities, limit, runtime_id, timings)).all()
+    return [poll_item(r, claimed=claim) for r in rows]
 
 
 def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
