@@ -3,7 +3,9 @@
 Full job cycles per second (poll → lock → heartbeat → result with the offline
 provider's output) over HTTP through the gateway, the RPC pool and the
 line_controller's AI entrypoints, with 1, 10 and 50 runtimes (green threads,
-one HTTP client each); lock latency p50/p99 as the runtimes see it. In the
+one HTTP client each); lock latency p50/p99 as the runtimes see it. As
+deployed, the service and the gateway are processes of their own (this script
+re-run as ``serve`` / ``gateway``); the runtimes run here. In the
 same run, the reference: the same conditional-UPDATE lock done directly with
 psycopg2 (no HTTP, no RPC), its rate and the ratio. Then poll p50/p99 with
 100k pending jobs, both as SQL and over HTTP.
@@ -33,6 +35,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import subprocess  # noqa: E402
 
 import psycopg2  # noqa: E402
 from nameko.containers import ServiceContainer  # noqa: E402
@@ -148,31 +152,82 @@ def raw_locks(db_url, engine, runtimes, jobs_total):
     return len(ids) / (time.perf_counter() - started), times
 
 
+def serve(config_json: str) -> int:
+    """Child process: the AI entrypoints in a nameko container until SIGTERM."""
+    import json
+    import signal
+
+    container = ServiceContainer(LineControllerAi, json.loads(config_json))
+    stopping = eventlet.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.ready() or stopping.send(True))
+    container.start()
+    stopping.wait()
+    container.stop()
+    return 0
+
+
+def gateway(config_json: str, db_url: str, port_file: str) -> int:
+    """Child process: the gateway (threaded werkzeug, as ``linectl up`` serves it)."""
+    import json
+    import signal
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    pool = RpcPool(json.loads(config_json), size=60, timeout=60)
+    app = create_app(load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": TOKENS}), rpc_pool=pool)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    Path(port_file).write_text(str(server.server_port))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stopping = eventlet.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.ready() or stopping.send(True))
+    stopping.wait()
+    server.shutdown()
+    pool.close()
+    return 0
+
+
+def wait_until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("a bench process did not come up")
+        time.sleep(0.1)
+
+
 def main() -> int:
+    import json
+    import tempfile
+
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     amqp = os.environ.get("LINECTL_AMQP_URI", "amqp://guest:guest@127.0.0.1:5672/")
     dbs = TestDatabases()
+    children = []
     try:
         db_url = dbs.fresh()
-        if importlib.util.find_spec("shared.transport") and not os.environ.get("LINECTL_AMQP_URI"):
+        if importlib.util.find_spec("shared.transport.pgsql") and not os.environ.get("LINECTL_AMQP_URI"):
+            amqp = "pgsql://" + db_url.split("://", 1)[1]
+        config = json.dumps({"AMQP_URI": amqp, "serializer": "json", "LINECTL_DATABASE_URL": db_url,
+                             "max_workers": 60, "LINECTL_AI_RETRY_BACKOFF_SECONDS": 0,
+                             "LINECTL_DATA_DIR": tempfile.mkdtemp(prefix="linectl-bench-ai-")})
+        port_file = Path(tempfile.mkdtemp()) / "port"
+        me = [sys.executable, __file__]
+        children.append(subprocess.Popen([*me, "serve", config]))
+        children.append(subprocess.Popen([*me, "gateway", config, db_url, str(port_file)]))
+        wait_until(lambda: port_file.exists() and port_file.read_text())
+        url = f"http://127.0.0.1:{port_file.read_text()}"
+        probe = RuntimeClient(url, "runtime-token-1", "probe")
+
+        def service_up():
             try:
-                import shared.transport.pgsql  # noqa: F401
-                amqp = "pgsql://" + db_url.split("://", 1)[1]
-            except ImportError:
-                pass
-        config = {"AMQP_URI": amqp, "serializer": "json", "LINECTL_DATABASE_URL": db_url, "max_workers": 60,
-                  "LINECTL_AI_RETRY_BACKOFF_SECONDS": 0, "LINECTL_DATA_DIR": "/tmp/linectl-bench-ai"}
-        container = ServiceContainer(LineControllerAi, config)
-        container.start()
-        pool = RpcPool(config, size=60, timeout=60)
-        app = create_app(load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": TOKENS}), rpc_pool=pool)
-        server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_port}"
+                probe.poll(["learning_state_analysis"], limit=1)
+                return True
+            except ProtocolError:
+                return False
+        wait_until(service_up)
         engine = make_engine(db_url, pool_size=4)
 
-        print(f"transport {amqp.split('://')[0]}://, database {db_url.rsplit('/', 1)[0]}/…")
+        print(f"transport {amqp.split('://')[0]}://; service, gateway and runtimes in 3 processes")
         print(f"{'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
               f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8}")
         for runtimes, jobs_total in RUNS:
@@ -188,7 +243,6 @@ def main() -> int:
         sm = make_sessionmaker(engine)
         timings = QueueTimings()
         sql_times, http_times = [], []
-        client = RuntimeClient(url, "runtime-token-1", "poller", timeout=60)
         caps = ["learning_state_analysis", "quiz_generation", "flashcard_generation"]
         for _ in range(200):
             with sm() as s, s.begin():
@@ -197,19 +251,27 @@ def main() -> int:
                 sql_times.append(time.perf_counter() - t0)
         for _ in range(100):
             t0 = time.perf_counter()
-            assert len(client.poll(caps, limit=50)) == 50
+            assert len(probe.poll(caps, limit=50)) == 50
             http_times.append(time.perf_counter() - t0)
         print(f"poll (limit 50, {POLL_ROWS // 1000}k pending): SQL p50 {pct(sql_times, 50):.2f} ms,"
               f" p99 {pct(sql_times, 99):.2f} ms; HTTP p50 {pct(http_times, 50):.2f} ms,"
               f" p99 {pct(http_times, 99):.2f} ms; mean SQL {statistics.mean(sql_times) * 1000:.2f} ms")
-        server.shutdown()
-        pool.close()
-        container.stop()
         engine.dispose()
     finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
         dbs.close()
     return 0
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        sys.exit(serve(sys.argv[2]))
+    if len(sys.argv) > 1 and sys.argv[1] == "gateway":
+        sys.exit(gateway(sys.argv[2], sys.argv[3], sys.argv[4]))
     sys.exit(main())
