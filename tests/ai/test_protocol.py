@@ -387,3 +387,24 @@ def test_expiry_is_rechecked_without_the_sweeper(gateway, start_ai):
     assert r.get_json()["attemptNo"] == 2
     assert transitions(api.job(job["id"]))[-3:] == [("locked", "expired"), ("expired", "pending"),
                                                     ("pending", "locked")]
+
+
+def test_unknown_things_are_404(api):
+    assert err(api.c.get("/api/ai/jobs/nope", headers=PLATFORM)) == (404, "NOT_FOUND")
+    assert err(api.c.get("/api/ai/schemas/essay", headers=PLATFORM)) == (404, "NOT_FOUND")
+    assert err(api.c.post("/api/admin/ai/jobs/nope/rerun", headers=ADMIN)) == (404, "NOT_FOUND")
+    assert err(api.heartbeat("nope")) == (404, "NOT_FOUND")
+    assert err(api.c.get("/internal/runtime/snapshots/nope", headers=RUNTIME,
+                         query_string={"runtimeInstanceId": "rt-1", "jobId": "j"})) == (404, "NOT_FOUND")
+
+
+def test_retry_back_off_delays_the_poll(gateway, start_ai):
+    start_ai(retry_backoff_seconds=60)
+    api = Api(gateway.test_client())
+    job = api.create()
+    api.lock(job["id"])
+    api.fail(job["id"], 1, "TEMPORARY_PROVIDER_ERROR")
+    waiting = api.job(job["id"])
+    assert waiting["status"] == "pending" and waiting["availableAt"] > waiting["updatedAt"]
+    assert api.poll().get_json()["jobs"] == []
+    assert api.poll(claim=True).get_json()["jobs"] == []

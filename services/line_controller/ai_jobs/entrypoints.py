@@ -71,7 +71,7 @@ class AiJobsEntrypoints:
     ai_db = Database(pool_size=10)
     ai_queue = AiQueueConfig()
 
-    def _unit(self, fn, *args, **kwargs):
+    def _ai_unit(self, fn, *args, **kwargs):
         """One transaction; a refusal still commits what was decided before it."""
         session = self.ai_db()
         try:
@@ -84,7 +84,7 @@ class AiJobsEntrypoints:
         finally:
             session.close()
 
-    def _checked(self, check):
+    def _ai_checked(self, check):
         """Run argument checks; a refusal as the RPC's error reply, else None."""
         try:
             check()
@@ -102,7 +102,7 @@ class AiJobsEntrypoints:
             validation.text("targetId", target_id)
             if not isinstance(data, dict):
                 raise AiJobError("VALIDATION_ERROR", "data: must be an object")
-        return self._checked(check) or self._unit(repo.create_snapshot, user_id, target_type, target_id, data)
+        return self._ai_checked(check) or self._ai_unit(repo.create_snapshot, user_id, target_type, target_id, data)
 
     @rpc
     def ai_create_credential(self, user_id, api_key, provider="deepseek"):
@@ -110,7 +110,7 @@ class AiJobsEntrypoints:
             validation.text("userId", user_id)
             validation.text("apiKey", api_key, limit=500)
             validation.choice("provider", provider, ("deepseek",))
-        return self._checked(check) or self._unit(repo.create_credential, self.ai_queue.box, user_id,
+        return self._ai_checked(check) or self._ai_unit(repo.create_credential, self.ai_queue.box, user_id,
                                                   provider, api_key)
 
     @rpc
@@ -124,11 +124,11 @@ class AiJobsEntrypoints:
         def create(session):
             job, created = repo.create_job(session, self.ai_queue.timings, req)
             return {"job": job, "created": created}
-        return self._unit(create)
+        return self._ai_unit(create)
 
     @rpc
     def ai_get_job(self, job_id):
-        return self._unit(repo.get_job, str(job_id))
+        return self._ai_unit(repo.get_job, str(job_id))
 
     @rpc
     def ai_list_jobs(self, user_id=None, status=None, job_type=None, limit=50, cursor=None):
@@ -136,21 +136,21 @@ class AiJobsEntrypoints:
             validation.status_filter(status)
             validation.choice("jobType", job_type, JOB_TYPES, required=False)
             validation.integer("limit", limit, 1, 500)
-        return self._checked(check) or self._unit(
+        return self._ai_checked(check) or self._ai_unit(
             repo.list_jobs, user_id=user_id, status=status, job_type=job_type, limit=limit, cursor=cursor)
 
     @rpc
     def ai_cancel_job(self, job_id):
-        return self._unit(repo.cancel_job, self.ai_queue.timings, str(job_id))
+        return self._ai_unit(repo.cancel_job, self.ai_queue.timings, str(job_id))
 
     @rpc
     def ai_revoke_user(self, user_id):
-        error = self._checked(lambda: validation.text("userId", user_id))
-        return error or self._unit(repo.revoke_user, self.ai_queue.timings, user_id)
+        error = self._ai_checked(lambda: validation.text("userId", user_id))
+        return error or self._ai_unit(repo.revoke_user, self.ai_queue.timings, user_id)
 
     @rpc
     def ai_rerun_job(self, job_id):
-        return self._unit(repo.rerun_job, self.ai_queue.timings, str(job_id))
+        return self._ai_unit(repo.rerun_job, self.ai_queue.timings, str(job_id))
 
     @rpc
     def ai_schema(self, job_type, version=None):
@@ -173,19 +173,19 @@ class AiJobsEntrypoints:
         def poll(session):
             return {"jobs": repo.poll(session, self.ai_queue.timings, runtime_instance_id, caps,
                                       limit, bool(claim))}
-        return self._unit(poll)
+        return self._ai_unit(poll)
 
     @rpc
     def ai_lock(self, job_id, runtime_instance_id):
-        error = self._checked(lambda: validation.text("runtimeInstanceId", runtime_instance_id))
-        return error or self._unit(repo.lock, self.ai_queue.timings, str(job_id), runtime_instance_id)
+        error = self._ai_checked(lambda: validation.text("runtimeInstanceId", runtime_instance_id))
+        return error or self._ai_unit(repo.lock, self.ai_queue.timings, str(job_id), runtime_instance_id)
 
     @rpc
     def ai_heartbeat(self, job_id, runtime_instance_id, attempt_no=None):
         def check():
             validation.text("runtimeInstanceId", runtime_instance_id)
             validation.integer("attemptNo", attempt_no, 1, 2**31 - 1)
-        return self._checked(check) or self._unit(repo.heartbeat, self.ai_queue.timings, str(job_id),
+        return self._ai_checked(check) or self._ai_unit(repo.heartbeat, self.ai_queue.timings, str(job_id),
                                                   runtime_instance_id, attempt_no)
 
     @rpc
@@ -204,7 +204,7 @@ class AiJobsEntrypoints:
             else:
                 validation.text("errorCode", error_code, limit=64)
                 validation.text("errorMessage", error_message, required=False, limit=2000)
-        return self._checked(check) or self._unit(
+        return self._ai_checked(check) or self._ai_unit(
             repo.submit_result, self.ai_queue.timings, str(job_id), runtime_instance_id, attempt_no, status,
             output=output, claimed_hash=output_hash, error_code=error_code, error_message=error_message)
 
@@ -213,7 +213,7 @@ class AiJobsEntrypoints:
         def check():
             validation.text("runtimeInstanceId", runtime_instance_id)
             validation.text("jobId", job_id)
-        return self._checked(check) or self._unit(repo.snapshot_for_runtime, self.ai_queue.timings,
+        return self._ai_checked(check) or self._ai_unit(repo.snapshot_for_runtime, self.ai_queue.timings,
                                                   str(snapshot_id), runtime_instance_id, job_id)
 
     @rpc
@@ -223,7 +223,7 @@ class AiJobsEntrypoints:
             validation.integer("attemptNo", attempt_no, 1, 2**31 - 1)
             if attempt_no is None:
                 raise AiJobError("VALIDATION_ERROR", "attemptNo: is required")
-        return self._checked(check) or self._unit(repo.credential_for_runtime, self.ai_queue.timings,
+        return self._ai_checked(check) or self._ai_unit(repo.credential_for_runtime, self.ai_queue.timings,
                                                   self.ai_queue.box, str(job_id), runtime_instance_id,
                                                   attempt_no)
 
@@ -232,7 +232,7 @@ class AiJobsEntrypoints:
     @timer(interval=SWEEP_INTERVAL_SECONDS)
     def ai_sweep(self):
         """Expire leases and execution timeouts even when no runtime calls in."""
-        expired = self._unit(repo.expire_due, self.ai_queue.timings)
+        expired = self._ai_unit(repo.expire_due, self.ai_queue.timings)
         for item in expired:
             log.info("AI job %s expired (%s): %s -> %s", item["jobId"], item["errorCode"],
                      item["from"], item["to"])
