@@ -155,12 +155,10 @@ def _positive(text: str) -> float:
     return value
 
 
-def _not_yet(name: str, issue: str):
-    def run(settings: Settings, args) -> int:
-        print(f"linectl {name}: not built yet ({issue})", file=sys.stderr)
-        return 3
+def _runtime():
+    from services.ai_runtime import cli
 
-    return run
+    return cli
 
 
 COMMANDS = {
@@ -169,7 +167,7 @@ COMMANDS = {
     "sim": (cmd_sim, "the Modbus TCP line simulator"),
     "shell": (cmd_shell, "nameko shell with the project's config and helpers"),
     "purge": (cmd_purge, "delete old event log, messages, audit rows and finished AI jobs"),
-    "runtime": (_not_yet("runtime", "arrives with the AI Runtime issue"), "the reference AI Runtime worker"),
+    "runtime": (lambda settings, args: _runtime().cmd_runtime(settings, args), "the reference AI Runtime worker"),
 }
 
 
@@ -193,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--pallet-size", type=int, default=4, help="pieces per pallet (default 4)")
             p.add_argument("--pallet-seconds", type=_positive, default=30.0,
                            help="simulated seconds before a new pallet once the dock is empty")
+        if name == "runtime":
+            _runtime().add_arguments(p)
     return parser
 
 

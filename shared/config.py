@@ -43,6 +43,8 @@ class Settings:
     tokens_generated: bool = False
     ai_lock_seconds: int = 60
     ai_timeout_seconds: int = 120
+    ai_retry_backoff_seconds: float = 2.0
+    ai_credential_key: str | None = None  # Fernet key; unset -> <data_dir>/ai_credential.key
     command_wait_seconds: float = 2.0
     line_file: Path = Path(__file__).resolve().parent.parent / "deploy" / "line.yaml"
     log_level: str = "INFO"
@@ -133,6 +135,20 @@ def _plc(name: str, raw: str) -> str:
     return raw
 
 
+def _fernet_key(name: str, raw: str) -> str:
+    import base64
+    import binascii
+
+    raw = raw.strip()
+    try:
+        ok = len(base64.urlsafe_b64decode(raw.encode())) == 32
+    except (binascii.Error, ValueError):
+        ok = False
+    if not ok:
+        raise SettingsError(f"{PREFIX}{name}: expected a Fernet key (32 bytes, url-safe base64)")
+    return raw
+
+
 def parse_tokens(name: str, raw: str) -> dict[str, str]:
     tokens: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in raw.split(","))):
@@ -176,6 +192,8 @@ _PARSERS = {
     "TOKENS": ("tokens", parse_tokens),
     "AI_LOCK_SECONDS": ("ai_lock_seconds", lambda n, r: _int(n, r, 1, 86400)),
     "AI_TIMEOUT_SECONDS": ("ai_timeout_seconds", lambda n, r: _int(n, r, 1, 86400)),
+    "AI_RETRY_BACKOFF_SECONDS": ("ai_retry_backoff_seconds", lambda n, r: _float(n, r, -1.0, 3600.0)),
+    "AI_CREDENTIAL_KEY": ("ai_credential_key", _fernet_key),
     "COMMAND_WAIT_SECONDS": ("command_wait_seconds", lambda n, r: _float(n, r, 0.0, 300.0)),
     "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
     "LOG_LEVEL": ("log_level", lambda n, r: _choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),

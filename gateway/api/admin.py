@@ -1,0 +1,19 @@
+"""``/api/admin/*`` (role ``admin``)."""
+
+from __future__ import annotations
+
+from flask_smorest import Blueprint
+
+from gateway.api.ai_common import NoteIn, call_ai
+from gateway.auth import require
+
+blp = Blueprint("admin", __name__, url_prefix="/api/admin", description="administration")
+
+
+
+@blp.route("/ai/jobs/<job_id>/rerun", methods=["POST"])
+@require("admin")
+@blp.arguments(NoteIn, required=False)
+def rerun_ai_job(_body, job_id):
+    """A failed AI job → a new pending job with ``retriedFromJobId``."""
+    return call_ai("ai_rerun_job", job_id=job_id), 201

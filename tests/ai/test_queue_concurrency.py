@@ -1,0 +1,143 @@
+"""The queue's SQL under contention, at the repository level against the real
+database: 50 runtimes (green threads, one connection each) racing for 1,000
+jobs, with the seed's poll-then-lock protocol and with ``claim``. Also: the
+poll is served by an index at 100k pending jobs, and expiry is re-checked by
+the operations themselves (no sweeper here)."""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+
+import eventlet
+import pytest
+from sqlalchemy import text
+
+from services.line_controller.ai_jobs import repository as repo
+from services.line_controller.ai_jobs.domain import AiJobError, QueueTimings, output_hash
+from shared.db.engine import make_engine, make_sessionmaker
+
+TIMINGS = QueueTimings(lock_seconds=30, retry_backoff_seconds=0)
+OUTPUT = {"summary": "ok", "masteryLevel": 0.5}
+
+
+def seed_jobs(engine, n, job_type="learning_state_analysis"):
+    with engine.begin() as c:
+        c.execute(text("""
+            INSERT INTO ai_runtime_job (id, user_id, job_type, target_type, target_id, priority,
+                                        output_schema_version, created_at)
+            SELECT gen_random_uuid()::text, 'u' || (g % 97), :t, 'user', 't' || g, g % 10, '1',
+                   now() - make_interval(secs => :n - g)
+            FROM generate_series(1, :n) AS g"""), {"n": n, "t": job_type})
+
+
+def unit(sm, fn, *args, **kwargs):
+    with sm() as s, s.begin():
+        return fn(s, *args, **kwargs)
+
+
+def race(db_url, runtimes, claim):
+    engine = make_engine(db_url, pool_size=runtimes + 2)
+    sm = make_sessionmaker(engine)
+    locks = collections.Counter()  # (job, attempt) -> holders
+    successes = collections.Counter()
+    refused = collections.Counter()
+
+    def runtime(rid):
+        idle = 0
+        while idle < 3:
+            jobs = unit(sm, repo.poll, TIMINGS, rid, ["learning_state_analysis"], 50 if not claim else 10, claim)
+            if not jobs:
+                idle += 1
+                eventlet.sleep(0.01)
+                continue
+            idle = 0
+            if not claim:
+                # Everyone polls the same top rows: trying them in a random order
+                # spreads the runtimes over them instead of a herd on the first.
+                random.shuffle(jobs)
+            for job in jobs:
+                if claim:
+                    attempt = job["attemptNo"]
+                else:
+                    try:
+                        attempt = unit(sm, repo.lock, TIMINGS, job["id"], rid)["attemptNo"]
+                    except AiJobError as exc:
+                        assert exc.code == "JOB_ALREADY_LOCKED"
+                        refused[rid] += 1
+                        continue
+                locks[(job["id"], attempt)] += 1
+                unit(sm, repo.heartbeat, TIMINGS, job["id"], rid, attempt)
+                reply = unit(sm, repo.submit_result, TIMINGS, job["id"], rid, attempt, "succeeded",
+                             output=OUTPUT, claimed_hash=output_hash(OUTPUT))
+                assert reply["duplicate"] is False
+                successes[job["id"]] += 1
+                if not claim:
+                    break  # one job at a time: the rest of this page is stale by now
+
+    pool = eventlet.GreenPool(runtimes)
+    for i in range(runtimes):
+        pool.spawn(runtime, f"rt-{i}")
+    pool.waitall()
+    engine.dispose()
+    return locks, successes, refused
+
+
+@pytest.mark.parametrize("claim", [False, True], ids=["poll-then-lock", "claim"])
+def test_50_runtimes_race_for_1000_jobs(db_url, engine, claim):
+    seed_jobs(engine, 1000)
+    locks, successes, _refused = race(db_url, 50, claim)
+    assert len(successes) == 1000, "every job ran"
+    assert set(successes.values()) == {1}, "no job succeeded twice"
+    assert set(locks.values()) == {1}, "one holder per attempt"
+    assert {attempt for _job, attempt in locks} == {1}
+    with engine.connect() as c:
+        assert c.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status")).all() == \
+            [("succeeded", 1000)]
+        assert c.execute(text("SELECT count(*) FROM ai_runtime_result")).scalar() == 1000
+        assert c.execute(text("SELECT count(*) FROM ai_job_transition WHERE to_status = 'locked'")).scalar() == 1000
+
+
+def test_expiry_is_applied_by_the_operations_themselves(db_url, engine):
+    seed_jobs(engine, 1)
+    sm = make_sessionmaker(engine)
+    short = QueueTimings(lock_seconds=0.2, retry_backoff_seconds=0)
+    [job] = unit(sm, repo.poll, short, "old", ["learning_state_analysis"])
+    assert unit(sm, repo.lock, short, job["id"], "old")["attemptNo"] == 1
+    deadline = time.monotonic() + 20
+    while True:  # the old lease runs out; no sweeper runs in this test
+        try:
+            taken = unit(sm, repo.lock, short, job["id"], "new")
+            break
+        except AiJobError as exc:
+            assert exc.code == "JOB_ALREADY_LOCKED" and time.monotonic() < deadline
+            eventlet.sleep(0.05)
+    assert taken["attemptNo"] == 2
+    with pytest.raises(AiJobError) as lost:
+        unit(sm, repo.heartbeat, short, job["id"], "old", 1)
+    assert lost.value.code == "LOCK_LOST"
+    with sm() as s:
+        row = s.execute(text("SELECT retry_count, error_code FROM ai_runtime_job")).one()
+    assert tuple(row) == (1, "LOCK_EXPIRED")
+
+
+def test_poll_uses_the_index_at_100k_pending(engine):
+    seed_jobs(engine, 100_000)
+    seed_jobs(engine, 2_000, "quiz_generation")
+    with engine.begin() as c:
+        c.execute(text("ANALYZE ai_runtime_job"))
+    sm = make_sessionmaker(engine)
+    with sm() as s:
+        for caps, claim in ((["learning_state_analysis"], False),
+                            (["quiz_generation", "learning_state_analysis", "flashcard_generation"], False),
+                            (["quiz_generation"], True)):
+            plan = "\n".join(s.execute(text("EXPLAIN " + repo.poll_sql(claim)),
+                                       repo.poll_params(caps, 20, "rt", TIMINGS)).scalars())
+            assert "Seq Scan on ai_runtime_job" not in plan, plan
+            assert "ix_ai_runtime_job_poll" in plan, plan
+            s.rollback()
+        jobs = repo.poll(s, TIMINGS, "rt", ["quiz_generation", "learning_state_analysis"], 50)
+        assert len(jobs) == 50
+        keys = [(j["priority"], j["createdAt"]) for j in jobs]
+        assert keys == sorted(keys)
