@@ -175,7 +175,7 @@ def apply_task_failure(db: DBState, task, error_code: str, error_message: str | 
     params = task.params or {}
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
-                           job_id=params.get("jobIds", [None])[0], task_id=task.id)
+                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
     if task.kind == ev.START_MACHINE:
         db.set_equipment_status(task.equipment_id, "FAULT")
         for job_id in (params.get("jobs") or {}).values():

@@ -94,7 +94,9 @@ class EventLoop:
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, consume: bool = True) -> None:
+        """Sync equipment, load the counters, re-enqueue QUEUED messages, and (unless
+        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer."""
         with self.engine.begin() as conn:
             db = DBState(conn)
             db.sync_equipment(self.layout)
@@ -103,7 +105,8 @@ class EventLoop:
         for row in backlog:  # persisted before a crash or restart: they still run
             self._enqueue(m.EventLoopMessage(row.id, row.type, row.payload, row.correlation_id,
                                              row.actor, row.created_at))
-        self._consumer = eventlet.spawn(self._run)
+        if consume:
+            self._consumer = eventlet.spawn(self._run)
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -144,15 +147,22 @@ class EventLoop:
 
     def _run(self):
         while True:
-            msg = self.inbox.get()
-            self._waiting.popleft()
-            try:
-                outcome = self.handle(msg)
-            except Exception:  # e.g. the database is gone: the loop must outlive one message
-                log.exception("message %s (%s) could not be handled", msg.id, msg.type)
-                outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
-            for pending in self._pending.pop(msg.id, []):
-                pending.done.send(outcome)
+            self.handle_next()
+
+    def handle_next(self, block: bool = True) -> Outcome | None:
+        """Take one message from the inbox, handle it, answer its waiters."""
+        if not block and self.inbox.qsize() == 0:
+            return None
+        msg = self.inbox.get()
+        self._waiting.popleft()
+        try:
+            outcome = self.handle(msg)
+        except Exception:  # e.g. the database is gone: the loop must outlive one message
+            log.exception("message %s (%s) could not be handled", msg.id, msg.type)
+            outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+        for pending in self._pending.pop(msg.id, []):
+            pending.done.send(outcome)
+        return outcome
 
     def handle(self, msg: m.EventLoopMessage) -> Outcome:
         """Handle one message to completion (also callable directly, serially, by tests)."""

@@ -41,6 +41,10 @@ class Harness:
         kw.setdefault("actor", "op1")
         return self.loop.handle(new_message(type_, payload, **kw))
 
+    def next(self):
+        """Handle the next message waiting in the inbox (follow-ups, refusals)."""
+        return self.loop.handle_next(block=False)
+
     def ok(self, type_, payload=None, **kw):
         out = self.send(type_, payload, **kw)
         assert out.status == "HANDLED", out
@@ -82,6 +86,21 @@ class Harness:
     def order(self, order_id):
         return self.row("SELECT * FROM work_order WHERE id = :id", id=order_id)
 
+    def on_buffer(self, job_id, buffer_slot):
+        from services.line_controller.scheduling import Refill
+        assert self.succeed(self.act(Refill(job_id, buffer_slot))).status == "HANDLED"
+
+    def on_equipment(self, job_id, equipment_id, slot_no, buffer_slot):
+        from services.line_controller.scheduling import Load
+        self.on_buffer(job_id, buffer_slot)
+        assert self.succeed(self.act(Load(job_id, equipment_id, slot_no))).status == "HANDLED"
+
+    def alarms(self, code=None):
+        return [a for a in self.rows("SELECT * FROM alarm ORDER BY id") if code in (None, a.code)]
+
+    def manual_actions(self, kind=None):
+        return [a for a in self.rows("SELECT * FROM manual_action ORDER BY id") if kind in (None, a.kind)]
+
     def started_order(self, product="SHAFT-B", quantity=2):
         order = self.ok("CreateOrder", {"productId": product, "quantity": quantity})
         self.ok("StartOrder", {"workOrderId": order["id"]})
@@ -97,6 +116,6 @@ def layout():
 @pytest.fixture
 def harness(engine, layout):
     h = Harness(engine, layout)
-    h.loop.start()
+    h.loop.start(consume=False)  # tests hand messages to the loop one by one
     yield h
     h.loop.stop()

@@ -11,6 +11,7 @@ def _seqs(h):
 
 
 def test_messages_are_handled_in_order_and_replied(harness):
+    harness.loop.start()  # with its consumer
     pendings = [harness.loop.submit(new_message("CreateOrder", {"productId": "SHAFT-B", "quantity": 1,
                                                                 "code": f"WO-{i}"}, actor="op"))
                 for i in range(5)]
