@@ -220,8 +220,4 @@ def mark_slot_done(db: DBState, slot) -> None:
     """A machine finished the piece in ``slot``: slot DONE, job WAITING_UNLOAD
     (or, for a held job, WAITING_UNLOAD is what it returns to)."""
     db.set_equipment_slot(slot.equipment_id, slot.slot_no, "OCCUPIED", "DONE", slot.current_job_id)
-    job = db.job(slot.current_job_id)
-    if job.status in ("PAUSED", "SUSPENDED"):
-        db.set_job_status(job.id, (job.status,), job.status, held_status="WAITING_UNLOAD")
-    elif job.status == "PROCESSING":
-        db.set_job_status(job.id, ("PROCESSING",), "WAITING_UNLOAD")
+    db.job_machined(slot.current_job_id)

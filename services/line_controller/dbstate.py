@@ -80,6 +80,14 @@ class DBState:
     def task(self, task_id: int):
         return self._one("SELECT * FROM task WHERE id = :id", id=task_id)
 
+    def task_with_job_state(self, task_id: int):
+        """The task, and ``jobs_finished``: whether any job it moves is already terminal."""
+        return self._one(
+            f"SELECT t.*, EXISTS (SELECT 1 FROM job j WHERE j.id IN "
+            f"  (SELECT CAST(x AS bigint) FROM jsonb_array_elements_text(t.params->'jobIds') AS x) "
+            f"  AND j.status IN {_JOB_TERMINAL_SQL}) AS jobs_finished FROM task t WHERE t.id = :id",
+            id=task_id)
+
     def equipment(self, equipment_id: str):
         return self._one("SELECT * FROM equipment WHERE id = :id", id=equipment_id)
 
@@ -253,6 +261,15 @@ class DBState:
             exp=list(expected), st=status, pt=position_type, pr=position_ref, slot=temp_slot_no,
             held=None if held_status is KEEP else held_status)
 
+    def job_machined(self, job_id: int):
+        """The machine is done with the piece: PROCESSING → WAITING_UNLOAD; a held
+        (PAUSED/SUSPENDED) job keeps its status and returns to WAITING_UNLOAD."""
+        return self._update_job(
+            job_id, "(status = 'PROCESSING' OR held_status = 'PROCESSING')", {
+                "status": "CASE WHEN status = 'PROCESSING' THEN 'WAITING_UNLOAD' ELSE status END",
+                "held_status": "CASE WHEN status = 'PROCESSING' THEN held_status ELSE 'WAITING_UNLOAD' END",
+            }, "JobStatusChanged", f"job {job_id} is not processing")
+
     def patch_job_context(self, job_id: int, patch: dict):
         return self._update_job(job_id, "TRUE", {"context": "context || CAST(:patch AS jsonb)"},
                                 "JobContextChanged", f"job {job_id} does not exist",
@@ -422,51 +439,59 @@ class DBState:
         self.emit("ManualActionResolved", serialize.manual_action(row))
         return row
 
-    def audit(self, actor: str, action: str, target_type: str, target_id, outcome: str,
-              detail: dict | None = None):
-        self.conn.execute(text(
-            "INSERT INTO audit_log (actor, action, target_type, target_id, outcome, detail) "
-            "VALUES (:a, :ac, :tt, :ti, :o, CAST(:d AS jsonb))"),
-            {"a": actor, "ac": action, "tt": target_type,
-             "ti": None if target_id is None else str(target_id), "o": outcome,
-             "d": _json(detail or {})})
-
     # -- the loop's own records ----------------------------------------------------------
 
-    def claim_message(self, msg) -> bool:
-        """Take a message in: False when its id was already handled (a duplicate).
+    _RECORD = (
+        "m AS (INSERT INTO loop_message (id, type, category, payload, correlation_id, actor, "
+        "  created_at, status, result, error_code, error_message, handled_at) "
+        "  VALUES (:id, :type, :cat, CAST(:payload AS jsonb), :corr, :actor, :created, :status, "
+        "  CAST(:result AS jsonb), :ecode, :emsg, now()) "
+        "  ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, "
+        "  error_code = EXCLUDED.error_code, error_message = EXCLUDED.error_message, handled_at = now() "
+        "  WHERE loop_message.status = 'QUEUED' RETURNING id)"
+    )
 
-        A row the RPC entrypoint persisted as QUEUED is ours to handle."""
-        row = self._one(
-            "INSERT INTO loop_message (id, type, category, payload, correlation_id, actor, created_at) "
-            "VALUES (:id, :t, :c, CAST(:p AS jsonb), :corr, :a, :at) "
-            "ON CONFLICT (id) DO UPDATE SET status = loop_message.status "
-            "WHERE loop_message.status = 'QUEUED' RETURNING id",
-            id=msg.id, t=msg.type, c=msg.category, p=_json(msg.payload), corr=msg.correlation_id,
-            a=msg.actor, at=msg.created_at)
-        return row is not None
+    def close_transaction(self, msg, *, status: str, result: dict | None = None,
+                          error: tuple[str, str] | None = None, audit: dict | None = None,
+                          first_seq: int, tx_id: int) -> list[dict] | None:
+        """One statement ends a loop transaction: the message's outcome in
+        ``loop_message``, the events in ``event_log`` (numbered from ``first_seq``) and
+        the audit row of a command. Returns the frames, or None when the message id
+        was already handled (a duplicate: the caller rolls back, nothing changes).
 
-    def record_outcome(self, msg_id: str, status: str, result: dict | None = None,
-                       error: tuple[str, str] | None = None):
-        self.conn.execute(text(
-            "UPDATE loop_message SET status = :s, result = CAST(:r AS jsonb), error_code = :c, "
-            "error_message = :m, handled_at = now() WHERE id = :id"),
-            {"id": msg_id, "s": status, "r": None if result is None else _json(result),
-             "c": error[0] if error else None, "m": error[1] if error else None})
+        The duplicate check comes last on purpose: duplicates are rare, and checking
+        here instead of before the handler saves a round trip per message."""
+        frames = self._frames(first_seq, tx_id)
+        ctes, params = [], {"frames": _json(frames), "tx": tx_id, "at": self.now,
+                            "mid": msg.id if msg is not None else None}
+        guard = ""
+        if msg is not None:
+            ctes.append(self._RECORD)
+            guard = " WHERE EXISTS (SELECT 1 FROM m)"
+            params.update(id=msg.id, type=msg.type, cat=msg.category, payload=_json(msg.payload),
+                          corr=msg.correlation_id, actor=msg.actor, created=msg.created_at,
+                          status=status, result=None if result is None else _json(result),
+                          ecode=error[0] if error else None, emsg=error[1] if error else None)
+        ctes.append(
+            "e AS (INSERT INTO event_log (seq, tx_id, type, at, payload, message_id) "
+            "SELECT f.seq, :tx, f.type, :at, f.payload, :mid "
+            "FROM jsonb_to_recordset(CAST(:frames AS jsonb)) AS f(seq bigint, type text, payload jsonb)"
+            f"{guard})")
+        if audit is not None:
+            ctes.append(
+                "a AS (INSERT INTO audit_log (actor, action, target_type, target_id, outcome, detail) "
+                f"SELECT :a_actor, :a_action, :a_tt, :a_ti, :a_outcome, CAST(:a_detail AS jsonb){guard})")
+            params.update(a_actor=audit["actor"], a_action=audit["action"], a_tt=audit["targetType"],
+                          a_ti=None if audit["targetId"] is None else str(audit["targetId"]),
+                          a_outcome=audit["outcome"], a_detail=_json(audit.get("detail") or {}))
+        tail = "SELECT count(*) FROM m" if msg is not None else "SELECT 1"
+        recorded = self.conn.execute(text("WITH " + ", ".join(ctes) + " " + tail), params).scalar()
+        return frames if recorded else None
 
-    def append_event_log(self, first_seq: int, tx_id: int, message_id: str | None) -> list[dict]:
-        """Write this transaction's events as ``event_log`` rows numbered from ``first_seq``."""
-        if not self.events:
-            return []
-        at = self.now
-        frames = [{"seq": first_seq + i, "txId": tx_id, "type": t, "at": serialize.iso(at),
-                   "payload": p} for i, (t, p) in enumerate(self.events)]
-        self.conn.execute(text(
-            "INSERT INTO event_log (seq, tx_id, type, at, payload, message_id) "
-            "SELECT f.seq, :tx, f.type, :at, f.payload, :m "
-            "FROM jsonb_to_recordset(CAST(:frames AS jsonb)) AS f(seq bigint, type text, payload jsonb)"),
-            {"tx": tx_id, "at": at, "m": message_id, "frames": _json(frames)})
-        return frames
+    def _frames(self, first_seq: int, tx_id: int) -> list[dict]:
+        at = serialize.iso(self.now)
+        return [{"seq": first_seq + i, "txId": tx_id, "type": t, "at": at, "payload": p}
+                for i, (t, p) in enumerate(self.events)]
 
     def last_seq_and_tx(self) -> tuple[int, int]:
         row = self._one("SELECT COALESCE(MAX(seq), 0) AS seq, COALESCE(MAX(tx_id), 0) AS tx FROM event_log")

@@ -86,6 +86,7 @@ class EventLoop:
         self._waiting: collections.deque = collections.deque()  # enqueue times, for lag
         self._pending: dict[str, list[Pending]] = {}
         self._consumer = None
+        self._conn = None
         self.last_seq = 0
         self.last_tx = 0
         self.handled_total = 0
@@ -112,6 +113,9 @@ class EventLoop:
         if self._consumer is not None:
             self._consumer.kill()
             self._consumer = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def status(self) -> dict:
         lag = time.monotonic() - self._waiting[0] if self._waiting else 0.0
@@ -164,6 +168,21 @@ class EventLoop:
             pending.done.send(outcome)
         return outcome
 
+    def _connection(self):
+        """The loop's own connection: serial handling needs one, and keeping it saves
+        a pool checkout (and its ping) per message. Replaced after a failure."""
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self.engine.connect()
+        return self._conn
+
+    def _transaction(self):
+        conn = self._connection()
+        try:
+            return conn, conn.begin()
+        except Exception:
+            self._conn = None
+            raise
+
     def handle(self, msg: m.EventLoopMessage) -> Outcome:
         """Handle one message to completion (also callable directly, serially, by tests)."""
         requests: list[HardwareRequest] = []
@@ -171,28 +190,28 @@ class EventLoop:
         record = msg.type not in UNRECORDED
         try:
             parsed = msg.parse()
-            with self.engine.begin() as conn:
-                db = DBState(conn)
-                if record and not db.claim_message(msg):
-                    row = db.message_outcome(msg.id)
-                    self.duplicates_total += 1
-                    log.info("duplicate message %s (%s) ignored", msg.id, msg.type)
-                    dup = Outcome.from_row(row)
-                    return Outcome(msg.id, "DUPLICATE", dup.result, dup.error) if (
-                        msg.category != m.COMMAND) else dup
-                ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
-                result = HANDLERS[msg.type](parsed, ctx)
-                status = ctx.outcome or "HANDLED"
-                if msg.category == m.COMMAND:
-                    db.audit(msg.actor or "unknown", msg.type, *ctx.target, status,
-                             {"payload": msg.payload})
-                if record:
-                    db.record_outcome(msg.id, status, result)
-                frames = db.append_event_log(self.last_seq + 1, self.last_tx + 1, msg.id)
-        except (m.ValidationError, Rejected) as exc:
+        except m.ValidationError as exc:
+            return self._reject(msg, exc)
+        conn, tx = self._transaction()
+        try:
+            db = DBState(conn)
+            ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
+            result = HANDLERS[msg.type](parsed, ctx)
+            status = ctx.outcome or "HANDLED"
+            audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
+            frames = db.close_transaction(msg if record else None, status=status, result=result,
+                                          audit=audit, first_seq=self.last_seq + 1,
+                                          tx_id=self.last_tx + 1)
+            if frames is None:
+                tx.rollback()
+                return self._duplicate(msg)
+            tx.commit()
+        except Rejected as exc:
+            tx.rollback()
             return self._reject(msg, exc)
         except Exception:
             log.exception("message %s (%s) failed", msg.id, msg.type)
+            self._abandon(tx)
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
         self._committed(frames)
         self.handled_total += 1
@@ -202,19 +221,51 @@ class EventLoop:
         self.schedule()
         return Outcome(msg.id, status, result)
 
+    def _abandon(self, tx) -> None:
+        try:
+            tx.rollback()
+        except Exception:  # the connection itself is broken: start afresh next time
+            self._conn = None
+
+    @staticmethod
+    def _audit(msg, target, outcome, error=None) -> dict:
+        detail = {"payload": msg.payload}
+        if error:
+            detail["error"] = error
+        return {"actor": msg.actor or "unknown", "action": msg.type, "targetType": target[0],
+                "targetId": target[1], "outcome": outcome, "detail": detail}
+
+    def _duplicate(self, msg) -> Outcome:
+        """Already handled: nothing changes; a command's caller gets the recorded outcome."""
+        self.duplicates_total += 1
+        log.info("duplicate message %s (%s) ignored", msg.id, msg.type)
+        with self.engine.connect() as conn:
+            recorded = Outcome.from_row(DBState(conn).message_outcome(msg.id))
+        if msg.category == m.COMMAND:
+            return recorded
+        return Outcome(msg.id, "DUPLICATE", recorded.result, recorded.error)
+
     def _reject(self, msg, exc, status: str = "REJECTED") -> Outcome:
         if isinstance(exc, m.ValidationError):
             error = {"code": "VALIDATION_ERROR", "message": str(exc)}
         else:
             error = {"code": exc.code, "message": exc.message}
-        with self.engine.begin() as conn:
-            db = DBState(conn)
-            if msg.type not in UNRECORDED and msg.type in m.MESSAGE_TYPES:
-                db.claim_message(msg)
-                db.record_outcome(msg.id, status, None, (error["code"], error["message"]))
-            if msg.type in m.COMMAND_TYPES:
-                db.audit(msg.actor or "unknown", msg.type, "command", msg.id, status,
-                         {"payload": msg.payload, "error": error})
+        known = msg.type in m.MESSAGE_TYPES
+        if known and msg.type not in UNRECORDED:
+            conn, tx = self._transaction()
+            try:
+                audit = (self._audit(msg, ("command", msg.id), status, error)
+                         if msg.category == m.COMMAND else None)
+                recorded = DBState(conn).close_transaction(
+                    msg, status=status, error=(error["code"], error["message"]), audit=audit,
+                    first_seq=self.last_seq + 1, tx_id=self.last_tx + 1)
+                if recorded is None:
+                    tx.rollback()
+                    return self._duplicate(msg)
+                tx.commit()
+            except Exception:
+                self._abandon(tx)
+                raise
         self.handled_total += 1
         return Outcome(msg.id, status, None, error)
 
@@ -250,14 +301,20 @@ class EventLoop:
         if self.scheduler is None:
             return
         requests: list[HardwareRequest] = []
+        conn, tx = self._transaction()
         try:
-            with self.engine.begin() as conn:
-                db = DBState(conn)
-                for action in self.scheduler.plan(db):
-                    requests.append(self.executor.apply(db, action))
-                frames = db.append_event_log(self.last_seq + 1, self.last_tx + 1, None)
+            db = DBState(conn)
+            for action in self.scheduler.plan(db):
+                requests.append(self.executor.apply(db, action))
+            frames = db.close_transaction(None, status="HANDLED", first_seq=self.last_seq + 1,
+                                          tx_id=self.last_tx + 1)
+            tx.commit()
         except Rejected as exc:
+            tx.rollback()
             log.warning("scheduling round dropped: %s", exc.message)
             return
+        except Exception:
+            self._abandon(tx)
+            raise
         self._committed(frames)
         self._send(requests)

@@ -9,18 +9,12 @@ from __future__ import annotations
 from .. import messages as m
 from ..actions import apply_task_failure, apply_task_success
 
-TERMINAL = ("COMPLETED", "SCRAPPED", "CANCELLED")
-
 
 def _running_task(result, ctx):
     ctx.target = ("task", result.correlation_id)
     task_id = int(result.correlation_id) if result.correlation_id.isdigit() else None
-    task = ctx.db.task(task_id) if task_id is not None else None
-    stale = task is None or task.status != "RUNNING"
-    if not stale:
-        stale = any(j is not None and j.status in TERMINAL
-                    for j in map(ctx.db.job, (task.params or {}).get("jobIds", [])))
-    if stale:
+    task = ctx.db.task_with_job_state(task_id) if task_id is not None else None
+    if task is None or task.status != "RUNNING" or task.jobs_finished:
         ctx.outcome = "STALE"
         ctx.db.emit("WorkerResultStale", {
             "messageId": ctx.message.id, "type": ctx.message.type,

@@ -72,7 +72,7 @@ def machine_done(evt: m.MachineDone, ctx):
     if evt.job_id is not None and evt.job_id != slot.current_job_id:
         return _mismatch(ctx, equipment, slot, evt.job_id)
     mark_slot_done(ctx.db, slot)
-    if not any(s.status == "OCCUPIED" for s in ctx.db.slots(equipment.id)):
+    if equipment.status == "RUNNING" and not any(s.status == "OCCUPIED" for s in ctx.db.slots(equipment.id)):
         _machine_idle(ctx, equipment)
     return None
 
