@@ -10,6 +10,7 @@ payload raises :class:`ValidationError` naming the field, and changes nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 import uuid
@@ -103,16 +104,20 @@ def _check(name: str, value: Any, tp) -> Any:
     raise TypeError(tp)
 
 
+@functools.cache
+def _fields(cls) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def parse_payload(cls, payload):
     if not isinstance(payload, dict):
         raise ValidationError("payload", "expected an object")
-    hints = typing.get_type_hints(cls)
-    names = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
-    for f in names.values():
+    for f, hint in _fields(cls):
         key = f.metadata.get("key", f.name)
         if key in payload and payload[key] is not None:
-            values[f.name] = _check(key, payload[key], hints[f.name])
+            values[f.name] = _check(key, payload[key], hint)
         elif f.default is dataclasses.MISSING:
             raise ValidationError(key, "required")
     obj = cls(**values)

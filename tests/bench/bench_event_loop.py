@@ -112,6 +112,7 @@ def run_loop(engine, layout, msgs) -> tuple[float, dict]:
     kinds = {}
     for o in outcomes:
         kinds[o.status] = kinds.get(o.status, 0) + 1
+    kinds["DUPLICATE"] = loop.duplicates_total  # a redelivery's waiter shares the first outcome
     return len(msgs) / elapsed, {"outcomes": kinds, "events": sum(published)}
 
 
