@@ -117,8 +117,7 @@ class ActionExecutor:
 def advance_after_step(db: DBState, job) -> None:
     """The job's current step is done: next step, or COMPLETED/SCRAPPED, or an
     operator's decision for an inspection without a verdict."""
-    order = db.work_order(job.work_order_id)
-    route = order.route
+    route = db.route(job.work_order_id)
     step = route[job.step_index] if job.step_index < len(route) else {"op": "?"}
     if step["op"] == "inspect":
         disposition = (job.context or {}).get("disposition")
@@ -142,22 +141,19 @@ def advance_after_step(db: DBState, job) -> None:
 
 
 def apply_task_success(db: DBState, task, data: dict) -> None:
+    """``task`` has just been concluded SUCCEEDED; move its jobs on."""
     params = task.params or {}
     job_ids = params.get("jobIds", [])
     kind = task.kind
-    db.finish_task(task.id, data)
     if kind == ev.DOCK_TO_BUFFER:
-        db.move_job_to_buffer(job_ids[0], params["bufferSlot"])
+        db.move_job_to_buffer(job_ids[0], params["bufferSlot"], "QUEUED")
     elif kind == ev.BUFFER_TO_EQUIPMENT:
         db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no)
     elif kind == ev.EQUIPMENT_TO_BUFFER:
-        job = db.job(job_ids[0])
-        moved = db.move_job_to_buffer(job.id, job.temp_slot_no, status=job.status)
-        advance_after_step(db, moved)
+        advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
-        out, into = db.job(job_ids[0]), job_ids[1]
-        moved = db.move_job_to_buffer(out.id, out.temp_slot_no, status=out.status)
-        db.move_job_to_equipment(into, "ON_ROBOT", task.equipment_id, task.slot_no)
+        moved = db.move_job_to_buffer(job_ids[0])
+        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no)
         advance_after_step(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
@@ -168,10 +164,11 @@ def apply_task_success(db: DBState, task, data: dict) -> None:
         db.set_equipment_status(task.equipment_id, "RUNNING")
 
 
-def apply_task_failure(db: DBState, task, error_code: str, error_message: str | None) -> None:
-    """Task FAILED; its jobs SUSPENDED (nothing moved: the request was refused) or
-    ERROR (where the piece is is uncertain), with an alarm and a manual action."""
-    db.fail_task(task.id, error_code, error_message)
+def apply_task_failure(db: DBState, task, error_code: str) -> None:
+    """``task`` has just been concluded FAILED: its jobs SUSPENDED (nothing moved:
+    the request was refused) or ERROR (where the piece is is uncertain), with an
+    alarm and a manual action."""
+    error_message = task.error_message
     params = task.params or {}
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
@@ -219,5 +216,4 @@ def hold_job(db: DBState, job_id: int, status: str):
 def mark_slot_done(db: DBState, slot) -> None:
     """A machine finished the piece in ``slot``: slot DONE, job WAITING_UNLOAD
     (or, for a held job, WAITING_UNLOAD is what it returns to)."""
-    db.set_equipment_slot(slot.equipment_id, slot.slot_no, "OCCUPIED", "DONE", slot.current_job_id)
-    db.job_machined(slot.current_job_id)
+    db.slot_done(slot.equipment_id, slot.slot_no, slot.current_job_id)

@@ -48,10 +48,13 @@ def _json(value) -> str:
 
 
 class DBState:
-    def __init__(self, conn: Connection, *, now: datetime | None = None):
+    def __init__(self, conn: Connection, *, now: datetime | None = None,
+                 routes: dict[int, list] | None = None):
         self.conn = conn
         self.now = now or datetime.now(UTC)
         self.events: list[tuple[str, dict]] = []
+        # An order's route never changes after creation; the loop shares this cache.
+        self._routes = routes if routes is not None else {}
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -77,16 +80,14 @@ class DBState:
     def work_order(self, order_id: int):
         return self._one("SELECT * FROM work_order WHERE id = :id", id=order_id)
 
+    def route(self, order_id: int) -> list:
+        if order_id not in self._routes:
+            self._routes[order_id] = self._one("SELECT route FROM work_order WHERE id = :id",
+                                               id=order_id).route
+        return self._routes[order_id]
+
     def task(self, task_id: int):
         return self._one("SELECT * FROM task WHERE id = :id", id=task_id)
-
-    def task_with_job_state(self, task_id: int):
-        """The task, and ``jobs_finished``: whether any job it moves is already terminal."""
-        return self._one(
-            f"SELECT t.*, EXISTS (SELECT 1 FROM job j WHERE j.id IN "
-            f"  (SELECT CAST(x AS bigint) FROM jsonb_array_elements_text(t.params->'jobIds') AS x) "
-            f"  AND j.status IN {_JOB_TERMINAL_SQL}) AS jobs_finished FROM task t WHERE t.id = :id",
-            id=task_id)
 
     def equipment(self, equipment_id: str):
         return self._one("SELECT * FROM equipment WHERE id = :id", id=equipment_id)
@@ -185,13 +186,23 @@ class DBState:
             self.emit("JobCreated", serialize.job(r))
         return rows
 
-    def _update_job(self, job_id: int, where: str, sets: dict, event: str, why: str, **params):
+    def _update_job(self, job_id: int, where: str, sets: dict, event: str, why: str, *,
+                    with_: str = "", returning: str = "", before_event=None, **params):
+        """One conditional job UPDATE. ``with_`` is a data-modifying CTE of the same
+        transition (the slot side), so job and slot change in one round trip; if the
+        job's condition fails the caller's transaction is rolled back as a whole."""
         assignments = ", ".join(f"{col} = {expr}" for col, expr in sets.items())
         row = self._must(self._one(
-            f"UPDATE job SET {assignments}, version = version + 1, updated_at = now() "
-            f"WHERE id = :id AND {where} RETURNING *", id=job_id, **params), why)
+            f"{with_} UPDATE job SET {assignments}, version = version + 1, updated_at = now() "
+            f"WHERE id = :id AND {where} RETURNING job.*{returning}", id=job_id, **params), why)
+        if before_event is not None:
+            before_event(row)
         self.emit(event, serialize.job(row))
         return row
+
+    def _slot_event(self, equipment_id, slot_no, status, job_id):
+        self.emit("SlotChanged", {"equipmentId": equipment_id, "slotNo": slot_no, "status": status,
+                                  "currentJobId": job_id})
 
     def claim_job_for_action(self, job_id: int, expected_status: str, next_status: str,
                              position_type: str | None = None, position_ref: str | None = None,
@@ -210,30 +221,39 @@ class DBState:
 
     def move_job_to_equipment(self, job_id: int, from_position: str, equipment_id: str,
                               slot_no: int, status: str = "PROCESSING"):
-        """The piece is on the machine: the job's position and the slot change together."""
-        self.set_equipment_slot(equipment_id, slot_no, "EMPTY", "OCCUPIED", job_id)
+        """The piece is on the machine: slot EMPTY → OCCUPIED and the job's position, together."""
         return self._update_job(
-            job_id, "position_type = :from", {
+            job_id, "position_type = :from AND EXISTS (SELECT 1 FROM s)", {
                 "status": ":st", "position_type": "'ON_EQUIPMENT'", "position_ref_id": ":ref",
-            }, "JobMoved", f"job {job_id} is not {from_position}",
-            **{"from": from_position}, st=status, ref=f"{equipment_id}:{slot_no}")
+            }, "JobMoved", f"job {job_id} is not {from_position} or slot {equipment_id}:{slot_no} is not EMPTY",
+            with_="WITH s AS (UPDATE equipment_slot SET status = 'OCCUPIED', current_job_id = :id, "
+                  "occupied_at = clock_timestamp(), updated_at = now() "
+                  "WHERE equipment_id = :e AND slot_no = :n AND status = 'EMPTY' RETURNING slot_no)",
+            before_event=lambda _: self._slot_event(equipment_id, slot_no, "OCCUPIED", job_id),
+            **{"from": from_position}, st=status, ref=f"{equipment_id}:{slot_no}", e=equipment_id,
+            n=slot_no)
 
-    def move_job_to_buffer(self, job_id: int, slot_no: int, status: str = "QUEUED"):
-        """Back to (or onto) buffer slot ``slot_no``; an equipment slot it held is emptied."""
-        job = self._must(self.job(job_id), f"job {job_id} does not exist")
-        if job.position_type == "ON_EQUIPMENT":
-            equipment_id, _, n = job.position_ref_id.rpartition(":")
-            self.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
-        occupant = self._one(
-            f"SELECT id FROM job WHERE temp_slot_no = :s AND id <> :id "
-            f"AND status NOT IN {_JOB_TERMINAL_SQL}", s=slot_no, id=job_id)
-        if occupant is not None:
-            raise ConditionFailed(f"buffer slot {slot_no} is held by job {occupant.id}")
+    def move_job_to_buffer(self, job_id: int, slot_no: int | None = None, status: str | None = None):
+        """Back to (or onto) buffer slot ``slot_no`` (default: its own ``temp_slot_no``),
+        with ``status`` (default: unchanged); an equipment slot it held is emptied in
+        the same statement. The buffer slot must not be held by another live job."""
+        def freed(row):
+            if row.freed_equipment_id is not None:
+                self._slot_event(row.freed_equipment_id, row.freed_slot_no, "EMPTY", None)
         return self._update_job(
-            job_id, f"status NOT IN {_JOB_TERMINAL_SQL}", {
-                "status": ":st", "position_type": "'ON_BUFFER'", "position_ref_id": ":ref",
-                "temp_slot_no": ":slot",
-            }, "JobMoved", f"job {job_id} is finished", st=status, ref=str(slot_no), slot=slot_no)
+            job_id, f"status NOT IN {_JOB_TERMINAL_SQL} AND COALESCE(:slot, temp_slot_no) IS NOT NULL "
+                    f"AND NOT EXISTS (SELECT 1 FROM job o WHERE o.temp_slot_no = COALESCE(:slot, job.temp_slot_no) "
+                    f"  AND o.id <> job.id AND o.status NOT IN {_JOB_TERMINAL_SQL})", {
+                "status": "COALESCE(:st, status)", "position_type": "'ON_BUFFER'",
+                "position_ref_id": "CAST(COALESCE(:slot, temp_slot_no) AS text)",
+                "temp_slot_no": "COALESCE(:slot, temp_slot_no)",
+            }, "JobMoved", f"job {job_id} is finished, has no buffer slot, or its slot is taken",
+            with_="WITH s AS (UPDATE equipment_slot SET status = 'EMPTY', current_job_id = NULL, "
+                  "occupied_at = NULL, updated_at = now() "
+                  "WHERE current_job_id = :id AND status IN ('OCCUPIED','DONE') RETURNING equipment_id, slot_no)",
+            returning=", (SELECT equipment_id FROM s) AS freed_equipment_id, "
+                      "(SELECT slot_no FROM s) AS freed_slot_no",
+            before_event=freed, st=status, slot=slot_no)
 
     def set_job_status(self, job_id: int, expected: tuple[str, ...], status: str, *,
                        held_status=KEEP, context_patch: dict | None = None, error_code=KEEP,
@@ -261,14 +281,20 @@ class DBState:
             exp=list(expected), st=status, pt=position_type, pr=position_ref, slot=temp_slot_no,
             held=None if held_status is KEEP else held_status)
 
-    def job_machined(self, job_id: int):
-        """The machine is done with the piece: PROCESSING → WAITING_UNLOAD; a held
-        (PAUSED/SUSPENDED) job keeps its status and returns to WAITING_UNLOAD."""
+    def slot_done(self, equipment_id: str, slot_no: int, job_id: int):
+        """The machine is done with the piece: slot OCCUPIED → DONE, and the job
+        PROCESSING → WAITING_UNLOAD (a held PAUSED/SUSPENDED job keeps its status and
+        returns to WAITING_UNLOAD), in one statement."""
         return self._update_job(
-            job_id, "(status = 'PROCESSING' OR held_status = 'PROCESSING')", {
+            job_id, "(status = 'PROCESSING' OR held_status = 'PROCESSING') AND EXISTS (SELECT 1 FROM s)", {
                 "status": "CASE WHEN status = 'PROCESSING' THEN 'WAITING_UNLOAD' ELSE status END",
                 "held_status": "CASE WHEN status = 'PROCESSING' THEN held_status ELSE 'WAITING_UNLOAD' END",
-            }, "JobStatusChanged", f"job {job_id} is not processing")
+            }, "JobStatusChanged", f"job {job_id} is not processing on {equipment_id}:{slot_no}",
+            with_="WITH s AS (UPDATE equipment_slot SET status = 'DONE', updated_at = now() "
+                  "WHERE equipment_id = :e AND slot_no = :n AND status = 'OCCUPIED' "
+                  "AND current_job_id = :id RETURNING slot_no)",
+            before_event=lambda _: self._slot_event(equipment_id, slot_no, "DONE", job_id),
+            e=equipment_id, n=slot_no)
 
     def patch_job_context(self, job_id: int, patch: dict):
         return self._update_job(job_id, "TRUE", {"context": "context || CAST(:patch AS jsonb)"},
@@ -372,16 +398,21 @@ class DBState:
         return self._task_transition(task_id, "PENDING", "RUNNING", "TaskStarted",
                                      ", started_at = now()")
 
-    def finish_task(self, task_id: int, result: dict | None = None):
-        return self._task_transition(task_id, "RUNNING", "SUCCEEDED", "TaskSucceeded",
-                                     ", finished_at = now(), result = CAST(:r AS jsonb)",
-                                     r=_json(result or {}))
-
-    def fail_task(self, task_id: int, error_code: str, error_message: str | None):
-        return self._task_transition(
-            task_id, "RUNNING", "FAILED", "TaskFailed",
-            ", finished_at = now(), error_code = :c, error_message = :m",
-            c=error_code, m=error_message)
+    def conclude_task(self, task_id: int, *, result: dict | None = None,
+                      error: tuple[str, str | None] | None = None):
+        """RUNNING → SUCCEEDED (``result``) or FAILED (``error``), only while none of
+        its jobs is terminal. None when that does not hold: the result is stale."""
+        row = self._one(
+            f"UPDATE task t SET status = :s, finished_at = now(), result = CAST(:r AS jsonb), "
+            f"error_code = :c, error_message = :m WHERE t.id = :id AND t.status = 'RUNNING' "
+            f"AND NOT EXISTS (SELECT 1 FROM job j WHERE j.status IN {_JOB_TERMINAL_SQL} AND j.id IN "
+            f"  (SELECT CAST(x AS bigint) FROM jsonb_array_elements_text(t.params->'jobIds') AS x)) "
+            f"RETURNING *", id=task_id, s="FAILED" if error else "SUCCEEDED",
+            r=None if error else _json(result or {}), c=error[0] if error else None,
+            m=error[1] if error else None)
+        if row is not None:
+            self.emit("TaskFailed" if error else "TaskSucceeded", serialize.task(row))
+        return row
 
     def cancel_open_tasks(self, job_ids: list[int]):
         rows = self._all(

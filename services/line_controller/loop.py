@@ -87,6 +87,7 @@ class EventLoop:
         self._pending: dict[str, list[Pending]] = {}
         self._consumer = None
         self._conn = None
+        self._routes: dict[int, list] = {}
         self.last_seq = 0
         self.last_tx = 0
         self.handled_total = 0
@@ -194,7 +195,7 @@ class EventLoop:
             return self._reject(msg, exc)
         conn, tx = self._transaction()
         try:
-            db = DBState(conn)
+            db = DBState(conn, routes=self._routes)
             ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
             result = HANDLERS[msg.type](parsed, ctx)
             status = ctx.outcome or "HANDLED"
@@ -303,7 +304,7 @@ class EventLoop:
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()
         try:
-            db = DBState(conn)
+            db = DBState(conn, routes=self._routes)
             for action in self.scheduler.plan(db):
                 requests.append(self.executor.apply(db, action))
             frames = db.close_transaction(None, status="HANDLED", first_seq=self.last_seq + 1,

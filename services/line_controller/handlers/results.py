@@ -10,30 +10,30 @@ from .. import messages as m
 from ..actions import apply_task_failure, apply_task_success
 
 
-def _running_task(result, ctx):
-    ctx.target = ("task", result.correlation_id)
-    task_id = int(result.correlation_id) if result.correlation_id.isdigit() else None
-    task = ctx.db.task_with_job_state(task_id) if task_id is not None else None
-    if task is None or task.status != "RUNNING" or task.jobs_finished:
+def _conclude(message, ctx, **outcome):
+    """Conclude the task this result answers, or record the result as stale."""
+    ctx.target = ("task", message.correlation_id)
+    cid = message.correlation_id
+    task = ctx.db.conclude_task(int(cid), **outcome) if cid.isdigit() else None
+    if task is None:
+        current = ctx.db.task(int(cid)) if cid.isdigit() else None
         ctx.outcome = "STALE"
         ctx.db.emit("WorkerResultStale", {
-            "messageId": ctx.message.id, "type": ctx.message.type,
-            "correlationId": result.correlation_id,
-            "taskStatus": task.status if task is not None else None})
-        return None
+            "messageId": ctx.message.id, "type": ctx.message.type, "correlationId": cid,
+            "taskStatus": current.status if current is not None else None})
     return task
 
 
 def succeeded(result, ctx):
-    task = _running_task(result, ctx)
+    task = _conclude(result, ctx, result=result.data or {})
     if task is not None:
         apply_task_success(ctx.db, task, result.data or {})
 
 
 def failed(result, ctx):
-    task = _running_task(result, ctx)
+    task = _conclude(result, ctx, error=(result.error_code, result.error_message))
     if task is not None:
-        apply_task_failure(ctx.db, task, result.error_code, result.error_message)
+        apply_task_failure(ctx.db, task, result.error_code)
 
 
 HANDLERS = {

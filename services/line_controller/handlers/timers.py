@@ -15,12 +15,13 @@ def schedule_tick(tick: m.ScheduleTick, ctx):
 
 
 def step_timeout(evt: m.StepTimeout, ctx):
-    task = ctx.db.task(evt.task_id)
     ctx.target = ("task", str(evt.task_id))
-    if task is None or task.status != "RUNNING":
+    task = ctx.db.conclude_task(evt.task_id, error=(
+        "ACTION_TIMEOUT", f"no result within the deadline of task {evt.task_id}"))
+    if task is None:  # answered (or cancelled) meanwhile
         ctx.outcome = "STALE"
         return None
-    apply_task_failure(ctx.db, task, "ACTION_TIMEOUT", f"no result within the deadline of task {task.id}")
+    apply_task_failure(ctx.db, task, "ACTION_TIMEOUT")
     return None
 
 
