@@ -78,6 +78,10 @@ class LineControllerService:
         outcome = self.loop.submit(self.loop.event(type_, payload)).wait(EVENT_WAIT_SECONDS)
         if outcome is None:
             raise TimeoutError(f"{type_} not handled within {EVENT_WAIT_SECONDS}s; requeued")
+        if outcome.status == "FAILED":
+            # Not recorded (e.g. the database is away): requeue. A handler bug is recorded
+            # as FAILED, so its redelivery is a duplicate and is acknowledged.
+            raise RuntimeError(f"{type_} {outcome.message_id} failed; requeued")
 
     @event_handler(ev.HARDWARE, ev.ROBOT_ACTION_SUCCEEDED, requeue_on_error=True)
     def on_robot_action_succeeded(self, payload):
