@@ -10,7 +10,7 @@ real path: inbox → consumer → one transaction (inbox record, reads,
 conditional updates, event_log rows, outcome) → publish. The pieces' load
 tasks are staged beforehand (not timed).
 
-    python tests/bench/bench_event_loop.py [--pieces 600] [--fast] [--database-url URL]
+    python tests/bench/bench_event_loop.py [--pieces 1000] [--rounds 5] [--fast] [--database-url URL]
 
 Without ``--database-url`` it starts its own embedded PostgreSQL with
 production settings (fsync on); ``--fast`` turns fsync off for both sides.
