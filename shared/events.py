@@ -14,7 +14,8 @@ correlation id (the line_controller's task id, as a string)::
     {"correlationId": "17", "action": "...", "actionId": 5,
      "errorCode": "PLC_ERROR", "errorMessage": "..."}         # *Failed
 
-PLC signals, once per edge::
+PLC signals, once per edge (each may carry ``"eventId"``, unique per edge, which
+the line_controller uses to recognise a redelivered event)::
 
     MachineDone      {"machineId": "MC1", "slotNo": 2?, "jobId": 41?, "pass": true?}
     InspectionResult {"machineId": "INSP1", "slotNo": 1?, "jobId": 41?, "pass": false,

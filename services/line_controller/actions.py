@@ -1,0 +1,219 @@
+"""Hardware actions as the loop sees them: applying a scheduled action
+(claim + task), and what a task's success or failure does to the state.
+
+Every task records in ``params`` the jobs it moves and where they were
+before (``before``), so a failure can be put right by an operator's RETRY.
+"""
+
+from __future__ import annotations
+
+from shared import events as ev
+
+from .dbstate import KEEP, ConditionFailed, DBState
+from .scheduling import (
+    Action,
+    HardwareRequest,
+    Load,
+    Mark,
+    Refill,
+    Scan,
+    StartMachine,
+    Swap,
+    Unload,
+)
+
+ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
+TOOL_FAILED = ev.TOOL_ACTION_FAILED
+START_FAILED = ev.MACHINE_START_FAILED
+
+
+def _before(job) -> dict:
+    return {"status": job.status, "positionType": job.position_type,
+            "positionRefId": job.position_ref_id, "tempSlotNo": job.temp_slot_no}
+
+
+class ActionExecutor:
+    """Turns a scheduler's :class:`Action` into transitions and a hardware request."""
+
+    def __init__(self, action_timeout_seconds: float = 120.0):
+        self.timeout = action_timeout_seconds
+
+    def _task(self, db: DBState, kind: str, jobs: list, *, equipment_id=None, slot_no=None,
+              extra: dict | None = None):
+        params = {"jobIds": [j.id for j in jobs], "before": {str(j.id): _before(j) for j in jobs},
+                  **(extra or {})}
+        task = db.create_task(kind, job_id=jobs[0].id if jobs else None,
+                              work_order_id=jobs[0].work_order_id if jobs else None,
+                              equipment_id=equipment_id, slot_no=slot_no, params=params,
+                              timeout_seconds=self.timeout)
+        return db.start_task(task.id)
+
+    def _job(self, db: DBState, job_id: int):
+        job = db.job(job_id)
+        if job is None:
+            raise ConditionFailed(f"job {job_id} does not exist")
+        return job
+
+    def apply(self, db: DBState, action: Action) -> HardwareRequest:
+        if isinstance(action, Refill):
+            job = self._job(db, action.job_id)
+            if action.slot_no in db.buffer_occupancy():
+                raise ConditionFailed(f"buffer slot {action.slot_no} is occupied")
+            task = self._task(db, ev.DOCK_TO_BUFFER, [job], extra={"bufferSlot": action.slot_no})
+            db.claim_job_for_action(job.id, "PENDING", "MOVING", "ON_ROBOT", None,
+                                    temp_slot_no=action.slot_no)
+            return HardwareRequest("dock_to_buffer", task.id, ROBOT_FAILED,
+                                   {"slot_no": action.slot_no, "job_id": job.id})
+        if isinstance(action, Load):
+            job = self._job(db, action.job_id)
+            task = self._task(db, ev.BUFFER_TO_EQUIPMENT, [job], equipment_id=action.equipment_id,
+                              slot_no=action.slot_no)
+            db.claim_job_for_action(job.id, "QUEUED", "MOVING", "ON_ROBOT", None)
+            return HardwareRequest("buffer_to_equipment", task.id, ROBOT_FAILED, {
+                "slot_no": job.temp_slot_no, "equipment_id": action.equipment_id,
+                "equipment_slot": action.slot_no, "job_id": job.id})
+        if isinstance(action, Unload):
+            job = self._job(db, action.job_id)
+            task = self._task(db, ev.EQUIPMENT_TO_BUFFER, [job], equipment_id=action.equipment_id,
+                              slot_no=action.slot_no)
+            # The slot keeps the piece until the robot reports it back on the buffer.
+            db.claim_job_for_action(job.id, "WAITING_UNLOAD", "MOVING")
+            return HardwareRequest("equipment_to_buffer", task.id, ROBOT_FAILED, {
+                "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
+                "slot_no": job.temp_slot_no, "job_id": job.id})
+        if isinstance(action, Swap):
+            out, into = self._job(db, action.unload_job_id), self._job(db, action.load_job_id)
+            task = self._task(db, ev.SWAP, [out, into], equipment_id=action.equipment_id,
+                              slot_no=action.slot_no)
+            db.claim_job_for_action(out.id, "WAITING_UNLOAD", "MOVING")
+            db.claim_job_for_action(into.id, "QUEUED", "MOVING", "ON_ROBOT", None)
+            return HardwareRequest("swap", task.id, ROBOT_FAILED, {
+                "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
+                "unload_to_slot": out.temp_slot_no, "load_from_slot": into.temp_slot_no,
+                "unload_job_id": out.id, "load_job_id": into.id})
+        if isinstance(action, Scan | Mark):
+            job = self._job(db, action.job_id)
+            kind = ev.SCAN if isinstance(action, Scan) else ev.MARK
+            text = getattr(action, "text", None) or f"{job.work_order_id}-{job.seq_no}"
+            task = self._task(db, kind, [job], extra={"text": text} if kind == ev.MARK else None)
+            db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
+            kwargs = {"slot_no": job.temp_slot_no, "job_id": job.id}
+            if kind == ev.MARK:
+                kwargs["text"] = text
+            return HardwareRequest(kind.lower(), task.id, TOOL_FAILED, kwargs)
+        if isinstance(action, StartMachine):
+            slots = [s for s in db.slots(action.equipment_id) if s.status == "OCCUPIED"]
+            task = self._task(db, ev.START_MACHINE, [], equipment_id=action.equipment_id,
+                              extra={"jobs": {str(s.slot_no): s.current_job_id for s in slots}})
+            return HardwareRequest("start_machine", task.id, START_FAILED, {
+                "equipment_id": action.equipment_id,
+                "jobs": {str(s.slot_no): s.current_job_id for s in slots}})
+        raise TypeError(f"not an action: {action!r}")
+
+
+# -- what a finished step does ----------------------------------------------------------
+
+
+def advance_after_step(db: DBState, job) -> None:
+    """The job's current step is done: next step, or COMPLETED/SCRAPPED, or an
+    operator's decision for an inspection without a verdict."""
+    route = db.route(job.work_order_id)
+    step = route[job.step_index] if job.step_index < len(route) else {"op": "?"}
+    if step["op"] == "inspect":
+        disposition = (job.context or {}).get("disposition")
+        if disposition == "SCRAP":
+            db.finish_job(job.id, "SCRAPPED")
+            return
+        if disposition == "REWORK":
+            back = max(0, job.step_index - 1)
+            db.complete_step(job.id, job.step_index, back, {"disposition": None})
+            return
+        if disposition != "PASS":
+            # No verdict yet: hold the piece until INSPECTION_DECISION is resolved.
+            db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status="QUEUED")
+            return
+    nxt = job.step_index + 1
+    if nxt >= len(route):
+        db.complete_step(job.id, job.step_index, nxt)
+        db.finish_job(job.id, "COMPLETED")
+    else:
+        db.complete_step(job.id, job.step_index, nxt, {"disposition": None} if step["op"] == "inspect" else None)
+
+
+def apply_task_success(db: DBState, task, data: dict) -> None:
+    """``task`` has just been concluded SUCCEEDED; move its jobs on."""
+    params = task.params or {}
+    job_ids = params.get("jobIds", [])
+    kind = task.kind
+    if kind == ev.DOCK_TO_BUFFER:
+        db.move_job_to_buffer(job_ids[0], params["bufferSlot"], "QUEUED")
+    elif kind == ev.BUFFER_TO_EQUIPMENT:
+        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no)
+    elif kind == ev.EQUIPMENT_TO_BUFFER:
+        advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
+    elif kind == ev.SWAP:
+        moved = db.move_job_to_buffer(job_ids[0])
+        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no)
+        advance_after_step(db, moved)
+    elif kind in (ev.SCAN, ev.MARK):
+        patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
+                 else {"markedText": params.get("text")})
+        job = db.patch_job_context(job_ids[0], patch)
+        advance_after_step(db, job)
+    elif kind == ev.START_MACHINE:
+        db.set_equipment_status(task.equipment_id, "RUNNING")
+
+
+def apply_task_failure(db: DBState, task, error_code: str) -> None:
+    """``task`` has just been concluded FAILED: its jobs SUSPENDED (nothing moved:
+    the request was refused) or ERROR (where the piece is is uncertain), with an
+    alarm and a manual action."""
+    error_message = task.error_message
+    params = task.params or {}
+    alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
+                           equipment_id=task.equipment_id,
+                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
+    if task.kind == ev.START_MACHINE:
+        db.set_equipment_status(task.equipment_id, "FAULT")
+        for job_id in (params.get("jobs") or {}).values():
+            if job_id is not None:
+                hold_job(db, job_id, "SUSPENDED")
+        db.create_manual_action(
+            "EQUIPMENT_FAULT", f"{task.equipment_id} did not start: {error_code}",
+            ["RETRY", "SCRAP"], equipment_id=task.equipment_id, alarm_id=alarm.id,
+            context={"taskId": task.id, "jobIds": list((params.get("jobs") or {}).values())})
+        return
+    for job_id in params.get("jobIds", []):
+        if error_code == "REJECTED":
+            before = params["before"][str(job_id)]
+            restore_job(db, job_id, before, status="SUSPENDED", held_status=before["status"])
+        else:
+            job = db.job(job_id)
+            db.set_job_status(job_id, (job.status,), "ERROR", held_status=None, error_code=error_code)
+        db.create_manual_action(
+            "ACTION_FAILED",
+            f"{task.kind} of job {job_id} failed ({error_code}). RETRY once the piece is back "
+            f"where it was before the action; SCRAP to take it out.",
+            ["RETRY", "SCRAP"], job_id=job_id, equipment_id=task.equipment_id, alarm_id=alarm.id,
+            context={"taskId": task.id, "before": params["before"][str(job_id)]})
+
+
+def restore_job(db: DBState, job_id: int, before: dict, *, status: str, held_status=KEEP):
+    """Put a job back where it was before a failed action (an operator confirmed it is there)."""
+    job = db.job(job_id)
+    return db.place_job(job_id, (job.status,), status, before["positionType"],
+                        before["positionRefId"], before["tempSlotNo"], held_status=held_status)
+
+
+def hold_job(db: DBState, job_id: int, status: str):
+    """PAUSED/SUSPENDED, remembering the status to return to."""
+    job = db.job(job_id)
+    if job.status in ("PAUSED", "SUSPENDED"):
+        return job
+    return db.set_job_status(job_id, (job.status,), status, held_status=job.status)
+
+
+def mark_slot_done(db: DBState, slot) -> None:
+    """A machine finished the piece in ``slot``: slot DONE, job WAITING_UNLOAD
+    (or, for a held job, WAITING_UNLOAD is what it returns to)."""
+    db.slot_done(slot.equipment_id, slot.slot_no, slot.current_job_id)

@@ -1,0 +1,113 @@
+"""nameko DependencyProviders of the line_controller: the loop (one per
+container, started with it) and the ``line_events`` publisher it uses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import eventlet
+from nameko.events import EventDispatcher
+from nameko.extensions import DependencyProvider
+from nameko.standalone.rpc import ClusterRpcProxy
+
+from shared import events as ev
+from shared.config import load_settings
+from shared.db.engine import make_engine
+from shared.layout import load_layout
+
+from .loop import EventLoop
+from .messages import new_message
+from .scheduling import HardwareRequest
+
+log = logging.getLogger(__name__)
+
+
+class LineEventPublisher(EventDispatcher):
+    """Publishes each committed loop transaction as one ``line_events`` event."""
+
+    def publish_frames(self, tx_id: int, frames: list[dict]) -> None:
+        self.publisher.publish({"txId": tx_id, "events": frames}, exchange=self.exchange,
+                               routing_key=ev.LINE_EVENTS)
+
+
+class NamekoHardwarePort:
+    """Sends a hardware RPC in its own green thread: the loop never waits for it.
+    A refusal (or no answer) comes back to the loop as a ``*Failed`` result."""
+
+    def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0):
+        self.config = config
+        self.loop = loop
+        self.timeout = timeout
+
+    def request(self, req: HardwareRequest) -> None:
+        eventlet.spawn(self._call, req)
+
+    def _call(self, req: HardwareRequest) -> None:
+        try:
+            with ClusterRpcProxy(self.config, timeout=self.timeout) as proxy:
+                reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
+        except Exception as exc:  # no hardware service, RPC timeout, transport down
+            log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
+            self.loop.refuse(req, "CONNECTION_REFUSED", f"{type(exc).__name__}: {exc}")
+            return
+        if not (reply or {}).get("accepted"):
+            self.loop.refuse(req, (reply or {}).get("errorCode", "REJECTED"),
+                             (reply or {}).get("errorMessage", "not accepted"))
+
+
+class LoopHandle:
+    """What an entrypoint gets: enqueue, persist, wait, status, and a message id
+    for a hardware event that is stable across redelivery."""
+
+    def __init__(self, loop: EventLoop, worker_ctx):
+        self.loop = loop
+        self.worker_ctx = worker_ctx
+
+    def __getattr__(self, name):
+        return getattr(self.loop, name)
+
+    def event_message_id(self, type_: str, payload: dict) -> str:
+        if payload.get("eventId"):
+            return str(payload["eventId"])[:64]
+        if type_ in ev.WORKER_RESULTS:  # exactly one result per accepted action
+            return f"{type_}:{payload.get('correlationId')}:{payload.get('actionId')}"[:64]
+        # A redelivered event keeps its headers (the dispatching call id) and payload.
+        basis = json.dumps([type_, self.worker_ctx.immediate_parent_call_id, payload], sort_keys=True)
+        return hashlib.sha1(basis.encode()).hexdigest()
+
+    def event(self, type_: str, payload: dict):
+        correlation = payload.get("correlationId") if isinstance(payload, dict) else None
+        return new_message(type_, payload if isinstance(payload, dict) else {},
+                           id=self.event_message_id(type_, payload if isinstance(payload, dict) else {}),
+                           correlation_id=None if correlation is None else str(correlation),
+                           actor=ev.HARDWARE)
+
+
+class ProductionLoop(DependencyProvider):
+    """Owns the one event loop of the service (``LINECTL_DATABASE_URL`` from the
+    nameko config; layout and waits from ``shared.config``)."""
+
+    def setup(self):
+        config = self.container.config
+        self.settings = load_settings()
+        self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3)
+        layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
+        self.loop = EventLoop(self.engine, layout)
+        self.loop.hardware = NamekoHardwarePort(config, self.loop)
+
+    def start(self):
+        publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
+        self.loop.publish = publisher.publish_frames
+        self.loop.start()
+
+    def stop(self):
+        self.loop.stop()
+        self.engine.dispose()
+
+    def kill(self):
+        self.stop()
+
+    def get_dependency(self, worker_ctx):
+        return LoopHandle(self.loop, worker_ctx)

@@ -1,0 +1,250 @@
+"""Operator commands (API, nameko shell, recovery)."""
+
+from __future__ import annotations
+
+from shared import serialize
+
+from .. import messages as m
+from ..actions import advance_after_step, hold_job, mark_slot_done, restore_job
+from ..dbstate import Rejected
+
+AT_REST = ("PENDING", "QUEUED", "WAITING_UNLOAD")
+
+
+def _order(ctx, order_id):
+    ctx.target = ("work_order", str(order_id))
+    order = ctx.db.work_order(order_id)
+    if order is None:
+        raise Rejected("NOT_FOUND", f"work order {order_id} does not exist")
+    return order
+
+
+def _job(ctx, job_id):
+    ctx.target = ("job", str(job_id))
+    job = ctx.db.job(job_id)
+    if job is None:
+        raise Rejected("NOT_FOUND", f"job {job_id} does not exist")
+    return job
+
+
+def _invalid(message):
+    return Rejected("INVALID_TRANSITION", message)
+
+
+def create_order(cmd: m.CreateOrder, ctx):
+    try:
+        product = ctx.layout.product(cmd.product_id)
+    except KeyError:
+        raise Rejected("VALIDATION_ERROR", f"productId: no product {cmd.product_id!r}") from None
+    order = ctx.db.create_work_order(code=cmd.code, product_id=product.id,
+                                     route=[s.to_json() for s in product.route],
+                                     quantity=cmd.quantity, priority=cmd.priority)
+    ctx.target = ("work_order", str(order.id))
+    return serialize.work_order(order)
+
+
+def start_order(cmd: m.StartOrder, ctx):
+    """CREATED → RUNNING; the order's pieces become jobs waiting at the dock."""
+    order = _order(ctx, cmd.work_order_id)
+    if order.status != "CREATED":
+        raise _invalid(f"work order {order.id} is {order.status}, not CREATED")
+    ctx.db.create_jobs(order.id, order.quantity)
+    return serialize.work_order(ctx.db.transition_order(order.id, ("CREATED",), "RUNNING",
+                                                        "WorkOrderStarted", started=True))
+
+
+def pause_order(cmd: m.PauseOrder, ctx):
+    """RUNNING → PAUSED. Jobs at rest are PAUSED; a job in the middle of an
+    action finishes it, and no new action starts for the order's jobs."""
+    order = _order(ctx, cmd.work_order_id)
+    if order.status != "RUNNING":
+        raise _invalid(f"work order {order.id} is {order.status}, not RUNNING")
+    for job in ctx.db.jobs_of_order(order.id, AT_REST):
+        ctx.db.set_job_status(job.id, (job.status,), "PAUSED", held_status=job.status)
+    return serialize.work_order(ctx.db.transition_order(order.id, ("RUNNING",), "PAUSED",
+                                                        "WorkOrderPaused"))
+
+
+def resume_order(cmd: m.ResumeOrder, ctx):
+    order = _order(ctx, cmd.work_order_id)
+    if order.status != "PAUSED":
+        raise _invalid(f"work order {order.id} is {order.status}, not PAUSED")
+    for job in ctx.db.jobs_of_order(order.id, ("PAUSED",)):
+        ctx.db.set_job_status(job.id, ("PAUSED",), job.held_status or "QUEUED", held_status=None)
+    return serialize.work_order(ctx.db.transition_order(order.id, ("PAUSED",), "RUNNING",
+                                                        "WorkOrderResumed"))
+
+
+def cancel_order(cmd: m.CancelOrder, ctx):
+    """Any non-terminal order → CANCELLED: its live jobs CANCELLED, their open
+    tasks CANCELLED (late results are then stale), their slots freed; pieces
+    still in the cell become one manual action to take them out."""
+    order = _order(ctx, cmd.work_order_id)
+    if order.status in ("COMPLETED", "CANCELLED"):
+        raise _invalid(f"work order {order.id} is {order.status}")
+    live = [j for j in ctx.db.jobs_of_order(order.id)
+            if j.status not in ("COMPLETED", "SCRAPPED", "CANCELLED")]
+    ctx.db.cancel_open_tasks([j.id for j in live])
+    in_cell = []
+    for job in live:
+        if job.position_type == "ON_EQUIPMENT":
+            equipment_id, _, n = job.position_ref_id.rpartition(":")
+            ctx.db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
+        if job.position_type != "ON_DOCK":
+            in_cell.append({"jobId": job.id, "positionType": job.position_type,
+                            "positionRefId": job.position_ref_id})
+        ctx.db.finish_job(job.id, "CANCELLED")
+    if in_cell:
+        ctx.db.create_manual_action(
+            "REMOVE_CANCELLED_PIECES",
+            f"Work order {order.code} was cancelled: take {len(in_cell)} piece(s) out of the cell.",
+            ["DONE"], context={"workOrderId": order.id, "pieces": in_cell})
+    return serialize.work_order(ctx.db.transition_order(
+        order.id, ("CREATED", "RUNNING", "PAUSED"), "CANCELLED", "WorkOrderCancelled", finished=True))
+
+
+def suspend_job(cmd: m.SuspendJob, ctx):
+    job = _job(ctx, cmd.job_id)
+    if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED", "SUSPENDED", "PAUSED", "MOVING"):
+        raise _invalid(f"job {job.id} is {job.status}")
+    if ctx.db.running_tasks_of_job(job.id):
+        raise _invalid(f"job {job.id} has a hardware action in progress")
+    return serialize.job(hold_job(ctx.db, job.id, "SUSPENDED"))
+
+
+def resume_job(cmd: m.ResumeJob, ctx):
+    job = _job(ctx, cmd.job_id)
+    if job.status != "SUSPENDED":
+        raise _invalid(f"job {job.id} is {job.status}, not SUSPENDED")
+    open_actions = [a for a in ctx.db.open_manual_actions() if a.job_id == job.id]
+    if open_actions:
+        raise _invalid(f"job {job.id} waits for manual action {open_actions[0].id}")
+    return serialize.job(ctx.db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "QUEUED",
+                                               held_status=None))
+
+
+def rework_job(cmd: m.ReworkJob, ctx):
+    """Send a piece at rest (dock or buffer) back to ``stepIndex`` (default: its current step)."""
+    job = _job(ctx, cmd.job_id)
+    if job.status not in ("QUEUED", "SUSPENDED", "ERROR", "PENDING") or \
+            job.position_type not in ("ON_BUFFER", "ON_DOCK"):
+        raise _invalid(f"job {job.id} is {job.status} {job.position_type}; rework needs a piece "
+                       f"at rest on the dock or the buffer")
+    route = ctx.db.work_order(job.work_order_id).route
+    step = job.step_index if cmd.step_index is None else cmd.step_index
+    if step > min(job.step_index, len(route) - 1):
+        raise Rejected("VALIDATION_ERROR", f"stepIndex: must be 0..{min(job.step_index, len(route) - 1)}")
+    reworks = int((job.context or {}).get("reworkCount", 0)) + 1
+    status = "QUEUED" if job.position_type == "ON_BUFFER" else "PENDING"
+    ctx.db.set_job_status(job.id, (job.status,), job.status, held_status=None, error_code=None,
+                          context_patch={"reworkCount": reworks, "disposition": None})
+    return serialize.job(ctx.db.complete_step(job.id, job.step_index, step, status=status))
+
+
+def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
+    db = ctx.db
+    action = db.manual_action(cmd.manual_action_id)
+    ctx.target = ("manual_action", str(cmd.manual_action_id))
+    if action is None:
+        raise Rejected("NOT_FOUND", f"manual action {cmd.manual_action_id} does not exist")
+    if action.status != "OPEN":
+        raise _invalid(f"manual action {action.id} is {action.status}")
+    if cmd.resolution not in (action.choices or []):
+        raise Rejected("VALIDATION_ERROR",
+                       f"resolution: must be one of {', '.join(action.choices or [])}")
+    resolved = db.resolve_manual_action(action.id, cmd.resolution, ctx.actor, cmd.note)
+    _apply_resolution(db, action, cmd.resolution)
+    if action.alarm_id is not None and not any(
+            a.alarm_id == action.alarm_id for a in db.open_manual_actions()):
+        alarm = db.alarm(action.alarm_id)
+        if alarm.status != "CLEARED":
+            db.resolve_alarm(alarm.id, ctx.actor)
+    return serialize.manual_action(resolved)
+
+
+def _apply_resolution(db, action, resolution):
+    context = action.context or {}
+    if action.kind == "ACTION_FAILED" and action.job_id is not None:
+        job = db.job(action.job_id)
+        if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED"):
+            return
+        if resolution == "RETRY":
+            before = context["before"]
+            restore_job(db, job.id, before, status=before["status"], held_status=None)
+        else:
+            _scrap(db, job)
+    elif action.kind == "EQUIPMENT_FAULT":
+        equipment = db.equipment(action.equipment_id)
+        if equipment.status == "FAULT":
+            db.set_equipment_status(equipment.id, "IDLE")
+        for job_id in context.get("jobIds", []):
+            job = db.job(job_id)
+            if job is None or job.status != "SUSPENDED":
+                continue
+            if resolution == "RETRY":
+                db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "PROCESSING",
+                                  held_status=None)
+            else:
+                _scrap(db, job)
+    elif action.kind == "INSPECTION_DECISION" and action.job_id is not None:
+        job = db.job(action.job_id)
+        if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED"):
+            return
+        db.patch_job_context(job.id, {"disposition": resolution, "decidedBy": "operator"})
+        if job.status == "SUSPENDED" and job.position_type == "ON_BUFFER":
+            # Already back on the buffer, waiting for this decision.
+            job = db.set_job_status(job.id, ("SUSPENDED",), "QUEUED", held_status=None)
+            advance_after_step(db, job)
+    elif action.kind == "SIGNAL_MISMATCH" and resolution == "MARK_DONE":
+        slot = db.slot(action.equipment_id, context["slotNo"])
+        if slot is not None and slot.status == "OCCUPIED":
+            mark_slot_done(db, slot)
+
+
+def _scrap(db, job):
+    if job.position_type == "ON_EQUIPMENT":
+        equipment_id, _, n = job.position_ref_id.rpartition(":")
+        slot = db.slot(equipment_id, int(n))
+        if slot is not None and slot.current_job_id == job.id:
+            db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
+    db.finish_job(job.id, "SCRAPPED")
+
+
+def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
+    """Accept the recorded state for recovery actions (given ids, else all open
+    ones); jobs held by them continue by themselves."""
+    db = ctx.db
+    open_recovery = {a.id: a for a in db.open_manual_actions() if a.kind.startswith("RECOVERY")}
+    ids = list(cmd.manual_action_ids) if cmd.manual_action_ids is not None else list(open_recovery)
+    unknown = [i for i in ids if i not in open_recovery]
+    if unknown:
+        raise Rejected("NOT_FOUND", f"manualActionIds: {unknown} are not open recovery actions")
+    for action_id in ids:
+        action = open_recovery[action_id]
+        db.resolve_manual_action(action_id, "CONFIRMED", ctx.actor, cmd.note)
+        for job_id in [action.job_id, *(action.context or {}).get("jobIds", [])]:
+            job = db.job(job_id) if job_id is not None else None
+            if job is not None and job.status == "SUSPENDED":
+                db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "QUEUED",
+                                  held_status=None)
+    ctx.target = ("recovery", None)
+    return {"confirmed": ids}
+
+
+def acknowledge_alarm(cmd: m.AcknowledgeAlarm, ctx):
+    ctx.target = ("alarm", str(cmd.alarm_id))
+    alarm = ctx.db.alarm(cmd.alarm_id)
+    if alarm is None:
+        raise Rejected("NOT_FOUND", f"alarm {cmd.alarm_id} does not exist")
+    if alarm.status != "RAISED":
+        raise _invalid(f"alarm {alarm.id} is {alarm.status}")
+    return serialize.alarm(ctx.db.acknowledge_alarm(alarm.id, ctx.actor))
+
+
+HANDLERS = {
+    "CreateOrder": create_order, "StartOrder": start_order, "PauseOrder": pause_order,
+    "ResumeOrder": resume_order, "CancelOrder": cancel_order, "SuspendJob": suspend_job,
+    "ResumeJob": resume_job, "ReworkJob": rework_job,
+    "ResolveManualAction": resolve_manual_action, "ConfirmRecovery": confirm_recovery,
+    "AcknowledgeAlarm": acknowledge_alarm,
+}

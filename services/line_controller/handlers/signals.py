@@ -1,0 +1,117 @@
+"""PLC signals and other external events (from the hardware service's watcher)."""
+
+from __future__ import annotations
+
+from .. import messages as m
+from ..actions import mark_slot_done
+from ..dbstate import Rejected
+
+
+def _target_slot(ctx, equipment, slot_no):
+    """The slot a non-batch done signal means: the only one; else ``slotNo``
+    when it is > 1; else the earliest-occupied one (FIFO)."""
+    if equipment.slot_count == 1:
+        return ctx.db.slot(equipment.id, 1)
+    if slot_no is not None and slot_no > 1:
+        if slot_no > equipment.slot_count:
+            raise Rejected("VALIDATION_ERROR", f"slotNo: {equipment.id} has {equipment.slot_count} slots")
+        return ctx.db.slot(equipment.id, slot_no)
+    return ctx.db.earliest_occupied_slot(equipment.id)
+
+
+def _unexpected(ctx, equipment, text):
+    """A signal that matches nothing: no state change, an alarm for the operator."""
+    ctx.db.raise_alarm("SIGNAL_UNEXPECTED", text, severity="WARNING", equipment_id=equipment.id)
+
+
+def _mismatch(ctx, equipment, slot, job_id):
+    alarm = ctx.db.raise_alarm(
+        "SIGNAL_JOB_MISMATCH",
+        f"{equipment.id} slot {slot.slot_no} reports job {job_id}, the slot holds job {slot.current_job_id}",
+        equipment_id=equipment.id, job_id=slot.current_job_id)
+    ctx.db.create_manual_action(
+        "SIGNAL_MISMATCH",
+        f"{equipment.id} slot {slot.slot_no}: the PLC reports job {job_id} but the slot holds job "
+        f"{slot.current_job_id}. MARK_DONE treats the slot's job as done; IGNORE_SIGNAL drops the signal.",
+        ["MARK_DONE", "IGNORE_SIGNAL"], job_id=slot.current_job_id, equipment_id=equipment.id,
+        alarm_id=alarm.id, context={"slotNo": slot.slot_no, "reportedJobId": job_id})
+
+
+def _equipment(ctx, machine_id):
+    equipment = ctx.db.equipment(machine_id)
+    ctx.target = ("equipment", machine_id)
+    if equipment is None:
+        raise Rejected("NOT_FOUND", f"machineId: no equipment {machine_id!r}")
+    return equipment
+
+
+def _machine_idle(ctx, equipment):
+    if equipment.status == "RUNNING":
+        ctx.db.set_equipment_status(equipment.id, "IDLE")
+
+
+def machine_done(evt: m.MachineDone, ctx):
+    equipment = _equipment(ctx, evt.machine_id)
+    if equipment.kind == "inspection" and evt.passed is not None:
+        return inspection_result(m.InspectionResult(evt.machine_id, evt.slot_no, evt.job_id,
+                                                    evt.passed), ctx)
+    if equipment.batch:
+        occupied = [s for s in ctx.db.slots(equipment.id) if s.status == "OCCUPIED"]
+        if not occupied:
+            return _unexpected(ctx, equipment, f"{equipment.id} reports done with no piece loaded")
+        if evt.job_id is not None and evt.job_id not in {s.current_job_id for s in occupied}:
+            return _mismatch(ctx, equipment, occupied[0], evt.job_id)
+        for slot in occupied:
+            mark_slot_done(ctx.db, slot)
+        _machine_idle(ctx, equipment)
+        return None
+    slot = _target_slot(ctx, equipment, evt.slot_no)
+    if slot is None or slot.status != "OCCUPIED":
+        where = f"slot {slot.slot_no}" if slot is not None else "no occupied slot"
+        return _unexpected(ctx, equipment, f"{equipment.id} reports done for {where}")
+    if evt.job_id is not None and evt.job_id != slot.current_job_id:
+        return _mismatch(ctx, equipment, slot, evt.job_id)
+    mark_slot_done(ctx.db, slot)
+    if equipment.status == "RUNNING" and not any(s.status == "OCCUPIED" for s in ctx.db.slots(equipment.id)):
+        _machine_idle(ctx, equipment)
+    return None
+
+
+def inspection_result(evt: m.InspectionResult, ctx):
+    """The verdict goes into the job's context and decides what happens when the
+    piece is back on the buffer: PASS → next step, SCRAP → scrapped, no verdict
+    → an operator decides (INSPECTION_DECISION)."""
+    equipment = _equipment(ctx, evt.machine_id)
+    slot = _target_slot(ctx, equipment, evt.slot_no)
+    if slot is None or slot.status != "OCCUPIED":
+        return _unexpected(ctx, equipment, f"{equipment.id} reports an inspection with no piece loaded")
+    if evt.job_id is not None and evt.job_id != slot.current_job_id:
+        return _mismatch(ctx, equipment, slot, evt.job_id)
+    disposition = {True: "PASS", False: "SCRAP", None: "DECIDE"}[evt.passed]
+    inspection = {"pass": evt.passed, "details": evt.details or {}, "equipmentId": equipment.id,
+                  "at": ctx.db.now.isoformat()}
+    ctx.db.patch_job_context(slot.current_job_id, {"inspection": inspection, "disposition": disposition})
+    mark_slot_done(ctx.db, slot)
+    _machine_idle(ctx, equipment)
+    if disposition == "DECIDE":
+        ctx.db.create_manual_action(
+            "INSPECTION_DECISION",
+            f"Inspection of job {slot.current_job_id} on {equipment.id} gave no verdict: decide.",
+            ["PASS", "SCRAP", "REWORK"], job_id=slot.current_job_id, equipment_id=equipment.id,
+            context={"inspection": inspection})
+    return None
+
+
+def pallet_arrived(evt: m.PalletArrived, ctx):
+    """New pieces at the dock: recorded; the scheduling round that follows refills."""
+    ctx.db.emit("PalletArrived", {"count": evt.count})
+
+
+def refill_requested(evt: m.RefillRequested, ctx):
+    ctx.db.emit("RefillRequested", {"reason": evt.reason})
+
+
+HANDLERS = {
+    "MachineDone": machine_done, "InspectionResult": inspection_result,
+    "PalletArrived": pallet_arrived, "RefillRequested": refill_requested,
+}

@@ -1,0 +1,28 @@
+"""Timer messages: the timers only enqueue; these handlers do the work in the loop."""
+
+from __future__ import annotations
+
+from .. import messages as m
+from ..actions import apply_task_failure
+
+
+def schedule_tick(tick: m.ScheduleTick, ctx):
+    """A periodic nudge: overdue tasks become StepTimeout messages (one per
+    task, de-duplicated by id); the scheduling round runs after every message."""
+    for task in ctx.db.overdue_tasks():
+        ctx.follow_ups.append(m.new_message("StepTimeout", {"taskId": task.id},
+                                            id=f"timeout-{task.id}"))
+
+
+def step_timeout(evt: m.StepTimeout, ctx):
+    ctx.target = ("task", str(evt.task_id))
+    task = ctx.db.conclude_task(evt.task_id, error=(
+        "ACTION_TIMEOUT", f"no result within the deadline of task {evt.task_id}"))
+    if task is None:  # answered (or cancelled) meanwhile
+        ctx.outcome = "STALE"
+        return None
+    apply_task_failure(ctx.db, task, "ACTION_TIMEOUT")
+    return None
+
+
+HANDLERS = {"ScheduleTick": schedule_tick, "StepTimeout": step_timeout}

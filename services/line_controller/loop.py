@@ -1,0 +1,321 @@
+"""The production event loop: the one path that writes production state.
+
+One consumer green thread takes messages from an in-memory inbox, strictly
+one after another. For each message it, in ONE transaction: takes the message
+in (``loop_message``: a message id already handled is a duplicate and changes
+nothing), runs the message's handler (reads, validation, conditional
+transitions through :class:`DBState`), records the outcome, audits operator
+commands, and writes the transaction's events to ``event_log`` numbered from
+its own gapless counter. After the commit it publishes the frames, sends the
+hardware requests (never waiting for the actions), runs a scheduling round,
+and only then answers the caller.
+
+Durability (at-least-once): a command is persisted as QUEUED by its RPC
+entrypoint before it is enqueued (:meth:`EventLoop.persist`), so a command
+answered with QUEUED survives a crash: :meth:`start` re-enqueues every QUEUED
+row. Hardware events are acknowledged to the broker only after the loop has
+committed them (the nameko handler waits), so a crash before that means
+redelivery, and redelivery is harmless (de-duplication by id).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+
+import eventlet
+from eventlet.event import Event
+from eventlet.queue import LightQueue
+from sqlalchemy.engine import Engine
+
+from . import messages as m
+from .actions import ActionExecutor
+from .dbstate import DBState, Rejected
+from .handlers import HANDLERS, HandlerContext
+from .scheduling import HardwarePort, HardwareRequest, Scheduler
+
+log = logging.getLogger(__name__)
+
+# Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
+UNRECORDED = ("ScheduleTick",)
+
+
+@dataclass
+class Outcome:
+    message_id: str
+    status: str  # HANDLED | REJECTED | STALE | DUPLICATE | FAILED | QUEUED
+    result: dict | None = None
+    error: dict | None = None
+
+    def to_reply(self) -> dict:
+        return {"commandId": self.message_id, "status": self.status, "result": self.result,
+                "error": self.error}
+
+    @classmethod
+    def from_row(cls, row) -> Outcome:
+        error = {"code": row.error_code, "message": row.error_message or ""} if row.error_code else None
+        return cls(row.id, row.status, row.result, error)
+
+
+@dataclass
+class Pending:
+    """A caller's handle on an enqueued message."""
+    message: m.EventLoopMessage
+    done: Event = field(default_factory=Event)
+
+    def wait(self, timeout: float | None) -> Outcome | None:
+        """The outcome, or None when ``timeout`` ran out (the message still runs)."""
+        with eventlet.Timeout(timeout, False):
+            return self.done.wait()
+        return None
+
+
+class EventLoop:
+    def __init__(self, engine: Engine, layout, *, publish=None, scheduler: Scheduler | None = None,
+                 executor: ActionExecutor | None = None, hardware: HardwarePort | None = None,
+                 action_timeout_seconds: float = 120.0):
+        self.engine = engine
+        self.layout = layout
+        self.publish = publish or (lambda tx_id, frames: None)
+        self.scheduler = scheduler
+        self.executor = executor or ActionExecutor(action_timeout_seconds)
+        self.hardware = hardware
+        self.inbox: LightQueue = LightQueue()
+        self._waiting: collections.deque = collections.deque()  # enqueue times, for lag
+        self._pending: dict[str, list[Pending]] = {}
+        self._consumer = None
+        self._conn = None
+        self._routes: dict[int, list] = {}
+        self.last_seq = 0
+        self.last_tx = 0
+        self.handled_total = 0
+        self.duplicates_total = 0
+        self.recovering = False
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def start(self, consume: bool = True) -> None:
+        """Sync equipment, load the counters, re-enqueue QUEUED messages, and (unless
+        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer."""
+        with self.engine.begin() as conn:
+            db = DBState(conn)
+            db.sync_equipment(self.layout)
+            self.last_seq, self.last_tx = db.last_seq_and_tx()
+            backlog = db.queued_messages()
+        for row in backlog:  # persisted before a crash or restart: they still run
+            self._enqueue(m.EventLoopMessage(row.id, row.type, row.payload, row.correlation_id,
+                                             row.actor, row.created_at))
+        if consume:
+            self._consumer = eventlet.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.kill()
+            self._consumer = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def status(self) -> dict:
+        lag = time.monotonic() - self._waiting[0] if self._waiting else 0.0
+        return {"queueLength": self.inbox.qsize(), "lagSeconds": round(lag, 3),
+                "handledTotal": self.handled_total, "lastSeq": self.last_seq,
+                "recovering": self.recovering, "duplicatesTotal": self.duplicates_total}
+
+    # -- the way in -------------------------------------------------------------------------
+
+    def persist(self, msg: m.EventLoopMessage) -> Outcome | None:
+        """Make a command durable before it is enqueued; the recorded outcome when
+        this id was already handled."""
+        with self.engine.begin() as conn:
+            db = DBState(conn)
+            row = db.message_outcome(msg.id)
+            if row is not None and row.status != "QUEUED":
+                return Outcome.from_row(row)
+            if row is None:
+                db.persist_queued(msg)
+        return None
+
+    def submit(self, msg: m.EventLoopMessage) -> Pending:
+        pending = Pending(msg)
+        self._pending.setdefault(msg.id, []).append(pending)
+        self._enqueue(msg)
+        return pending
+
+    def _enqueue(self, msg):
+        self._waiting.append(time.monotonic())
+        self.inbox.put(msg)
+
+    # -- the consumer -----------------------------------------------------------------------
+
+    def _run(self):
+        while True:
+            self.handle_next()
+
+    def handle_next(self, block: bool = True) -> Outcome | None:
+        """Take one message from the inbox, handle it, answer its waiters."""
+        if not block and self.inbox.qsize() == 0:
+            return None
+        msg = self.inbox.get()
+        self._waiting.popleft()
+        try:
+            outcome = self.handle(msg)
+        except Exception:  # e.g. the database is gone: the loop must outlive one message
+            log.exception("message %s (%s) could not be handled", msg.id, msg.type)
+            outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+        for pending in self._pending.pop(msg.id, []):
+            pending.done.send(outcome)
+        return outcome
+
+    def _connection(self):
+        """The loop's own connection: serial handling needs one, and keeping it saves
+        a pool checkout (and its ping) per message. Replaced after a failure."""
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self.engine.connect()
+        return self._conn
+
+    def _transaction(self):
+        conn = self._connection()
+        try:
+            return conn, conn.begin()
+        except Exception:
+            self._conn = None
+            raise
+
+    def handle(self, msg: m.EventLoopMessage) -> Outcome:
+        """Handle one message to completion (also callable directly, serially, by tests)."""
+        requests: list[HardwareRequest] = []
+        follow_ups: list[m.EventLoopMessage] = []
+        record = msg.type not in UNRECORDED
+        try:
+            parsed = msg.parse()
+        except m.ValidationError as exc:
+            return self._reject(msg, exc)
+        conn, tx = self._transaction()
+        try:
+            db = DBState(conn, routes=self._routes)
+            ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
+            result = HANDLERS[msg.type](parsed, ctx)
+            status = ctx.outcome or "HANDLED"
+            audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
+            frames = db.close_transaction(msg if record else None, status=status, result=result,
+                                          audit=audit, first_seq=self.last_seq + 1,
+                                          tx_id=self.last_tx + 1)
+            if frames is None:
+                tx.rollback()
+                return self._duplicate(msg)
+            tx.commit()
+        except Rejected as exc:
+            tx.rollback()
+            return self._reject(msg, exc)
+        except Exception:
+            log.exception("message %s (%s) failed", msg.id, msg.type)
+            self._abandon(tx)
+            return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
+        self._committed(frames)
+        self.handled_total += 1
+        self._send(requests)
+        for follow_up in follow_ups:
+            self._enqueue(follow_up)
+        self.schedule()
+        return Outcome(msg.id, status, result)
+
+    def _abandon(self, tx) -> None:
+        try:
+            tx.rollback()
+        except Exception:  # the connection itself is broken: start afresh next time
+            self._conn = None
+
+    @staticmethod
+    def _audit(msg, target, outcome, error=None) -> dict:
+        detail = {"payload": msg.payload}
+        if error:
+            detail["error"] = error
+        return {"actor": msg.actor or "unknown", "action": msg.type, "targetType": target[0],
+                "targetId": target[1], "outcome": outcome, "detail": detail}
+
+    def _duplicate(self, msg) -> Outcome:
+        """Already handled: nothing changes; a command's caller gets the recorded outcome."""
+        self.duplicates_total += 1
+        log.info("duplicate message %s (%s) ignored", msg.id, msg.type)
+        with self.engine.connect() as conn:
+            recorded = Outcome.from_row(DBState(conn).message_outcome(msg.id))
+        if msg.category == m.COMMAND:
+            return recorded
+        return Outcome(msg.id, "DUPLICATE", recorded.result, recorded.error)
+
+    def _reject(self, msg, exc, status: str = "REJECTED") -> Outcome:
+        if isinstance(exc, m.ValidationError):
+            error = {"code": "VALIDATION_ERROR", "message": str(exc)}
+        else:
+            error = {"code": exc.code, "message": exc.message}
+        known = msg.type in m.MESSAGE_TYPES
+        if known and msg.type not in UNRECORDED:
+            conn, tx = self._transaction()
+            try:
+                audit = (self._audit(msg, ("command", msg.id), status, error)
+                         if msg.category == m.COMMAND else None)
+                recorded = DBState(conn).close_transaction(
+                    msg, status=status, error=(error["code"], error["message"]), audit=audit,
+                    first_seq=self.last_seq + 1, tx_id=self.last_tx + 1)
+                if recorded is None:
+                    tx.rollback()
+                    return self._duplicate(msg)
+                tx.commit()
+            except Exception:
+                self._abandon(tx)
+                raise
+        self.handled_total += 1
+        return Outcome(msg.id, status, None, error)
+
+    def _committed(self, frames: list[dict]) -> None:
+        if not frames:
+            return
+        self.last_seq += len(frames)
+        self.last_tx += 1
+        try:
+            self.publish(self.last_tx, frames)
+        except Exception:  # the event log has them; clients fill gaps from it
+            log.exception("publishing tx %s failed", self.last_tx)
+
+    def _send(self, requests: list[HardwareRequest]) -> None:
+        for req in requests:
+            if self.hardware is None:
+                log.warning("no hardware port: task %s not sent", req.task_id)
+                continue
+            self.hardware.request(req)
+
+    def refuse(self, req: HardwareRequest, error_code: str, error_message: str) -> None:
+        """A hardware request that was not accepted comes back as a failed result."""
+        self._enqueue(m.new_message(req.failure_type, {
+            "correlationId": str(req.task_id), "action": req.rpc.upper(),
+            "errorCode": error_code, "errorMessage": error_message,
+        }, id=f"refused-{req.task_id}", correlation_id=str(req.task_id)))
+
+    # -- the scheduling round -------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Plan and apply actions in one transaction; a failed condition drops the
+        whole round (the next round re-plans from the state as it is)."""
+        if self.scheduler is None:
+            return
+        requests: list[HardwareRequest] = []
+        conn, tx = self._transaction()
+        try:
+            db = DBState(conn, routes=self._routes)
+            for action in self.scheduler.plan(db):
+                requests.append(self.executor.apply(db, action))
+            frames = db.close_transaction(None, status="HANDLED", first_seq=self.last_seq + 1,
+                                          tx_id=self.last_tx + 1)
+            tx.commit()
+        except Rejected as exc:
+            tx.rollback()
+            log.warning("scheduling round dropped: %s", exc.message)
+            return
+        except Exception:
+            self._abandon(tx)
+            raise
+        self._committed(frames)
+        self._send(requests)

@@ -1,0 +1,120 @@
+"""The line_controller nameko service: thin entrypoints around the event loop.
+
+RPCs enqueue commands and wait a short time for the outcome
+(``docs/architecture.md``, "line_controller RPCs"); event handlers feed the
+hardware service's results and PLC signals into the loop and acknowledge them
+only once the loop has committed them; a timer enqueues ``ScheduleTick``.
+None of them touches a production table.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from nameko.events import event_handler
+from nameko.rpc import rpc
+from nameko.timer import timer
+
+from shared import events as ev
+from shared.config import load_settings
+
+from .dependencies import LineEventPublisher, ProductionLoop
+from .messages import COMMAND_TYPES, ValidationError, new_message
+
+EVENT_WAIT_SECONDS = 30.0  # then the event is requeued; its redelivery is a harmless duplicate
+
+
+def _reply(command_id, status, result=None, error=None):
+    return {"commandId": command_id, "status": status, "result": result, "error": error}
+
+
+def _rejected(command_id, message):
+    return _reply(command_id, "REJECTED", error={"code": "VALIDATION_ERROR", "message": message})
+
+
+class LineControllerService:
+    name = ev.LINE_CONTROLLER
+
+    line_events = LineEventPublisher()
+    loop = ProductionLoop()
+
+    @rpc
+    def command(self, type, payload, actor, command_id=None, wait_seconds=None):  # noqa: A002
+        command_id = str(command_id) if command_id else uuid.uuid4().hex
+        if type not in COMMAND_TYPES:
+            return _rejected(command_id, f"type: unknown command {type!r}")
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            return _rejected(command_id, "payload: expected an object")
+        if not isinstance(actor, str) or not actor.strip() or len(command_id) > 64:
+            return _rejected(command_id, "actor: expected a non-empty string" if len(command_id) <= 64
+                             else "command_id: longer than 64 characters")
+        if wait_seconds is None:
+            wait_seconds = load_settings().command_wait_seconds
+        if not isinstance(wait_seconds, int | float) or not 0 <= wait_seconds <= 300:
+            return _rejected(command_id, "wait_seconds: must be 0..300")
+        msg = new_message(type, payload, id=command_id, actor=actor)
+        try:
+            msg.parse()
+        except ValidationError as exc:  # bad input changes nothing, not even the inbox
+            return _rejected(command_id, str(exc))
+        recorded = self.loop.persist(msg)
+        if recorded is not None:
+            return recorded.to_reply()
+        outcome = self.loop.submit(msg).wait(wait_seconds)
+        return outcome.to_reply() if outcome is not None else _reply(command_id, "QUEUED")
+
+    @rpc
+    def status(self):
+        return self.loop.status()
+
+    @timer(interval=1.0)
+    def tick(self):
+        if self.loop.inbox.qsize() == 0:
+            self.loop.submit(new_message("ScheduleTick"))
+
+    def _feed(self, type_, payload):
+        outcome = self.loop.submit(self.loop.event(type_, payload)).wait(EVENT_WAIT_SECONDS)
+        if outcome is None:
+            raise TimeoutError(f"{type_} not handled within {EVENT_WAIT_SECONDS}s; requeued")
+        if outcome.status == "FAILED":
+            # Not recorded (e.g. the database is away): requeue. A handler bug is recorded
+            # as FAILED, so its redelivery is a duplicate and is acknowledged.
+            raise RuntimeError(f"{type_} {outcome.message_id} failed; requeued")
+
+    @event_handler(ev.HARDWARE, ev.ROBOT_ACTION_SUCCEEDED, requeue_on_error=True)
+    def on_robot_action_succeeded(self, payload):
+        self._feed(ev.ROBOT_ACTION_SUCCEEDED, payload)
+
+    @event_handler(ev.HARDWARE, ev.ROBOT_ACTION_FAILED, requeue_on_error=True)
+    def on_robot_action_failed(self, payload):
+        self._feed(ev.ROBOT_ACTION_FAILED, payload)
+
+    @event_handler(ev.HARDWARE, ev.TOOL_ACTION_SUCCEEDED, requeue_on_error=True)
+    def on_tool_action_succeeded(self, payload):
+        self._feed(ev.TOOL_ACTION_SUCCEEDED, payload)
+
+    @event_handler(ev.HARDWARE, ev.TOOL_ACTION_FAILED, requeue_on_error=True)
+    def on_tool_action_failed(self, payload):
+        self._feed(ev.TOOL_ACTION_FAILED, payload)
+
+    @event_handler(ev.HARDWARE, ev.MACHINE_START_SUCCEEDED, requeue_on_error=True)
+    def on_machine_start_succeeded(self, payload):
+        self._feed(ev.MACHINE_START_SUCCEEDED, payload)
+
+    @event_handler(ev.HARDWARE, ev.MACHINE_START_FAILED, requeue_on_error=True)
+    def on_machine_start_failed(self, payload):
+        self._feed(ev.MACHINE_START_FAILED, payload)
+
+    @event_handler(ev.HARDWARE, ev.MACHINE_DONE, requeue_on_error=True)
+    def on_machine_done(self, payload):
+        self._feed(ev.MACHINE_DONE, payload)
+
+    @event_handler(ev.HARDWARE, ev.INSPECTION_RESULT, requeue_on_error=True)
+    def on_inspection_result(self, payload):
+        self._feed(ev.INSPECTION_RESULT, payload)
+
+    @event_handler(ev.HARDWARE, ev.PALLET_ARRIVED, requeue_on_error=True)
+    def on_pallet_arrived(self, payload):
+        self._feed(ev.PALLET_ARRIVED, payload)
