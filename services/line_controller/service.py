@@ -18,6 +18,7 @@ from nameko.timer import timer
 from shared import events as ev
 from shared.config import load_settings
 
+from .ai_jobs.entrypoints import AiJobsEntrypoints
 from .dependencies import LineEventPublisher, ProductionLoop
 from .messages import COMMAND_TYPES, ValidationError, new_message
 
@@ -32,7 +33,10 @@ def _rejected(command_id, message):
     return _reply(command_id, "REJECTED", error={"code": "VALIDATION_ERROR", "message": message})
 
 
-class LineControllerService:
+class LineControllerService(AiJobsEntrypoints):
+    """The production event loop's entrypoints; the AI-job RPCs come from the
+    mixin (they bypass the loop: their safety is the SQL condition)."""
+
     name = ev.LINE_CONTROLLER
 
     line_events = LineEventPublisher()
