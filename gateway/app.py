@@ -7,9 +7,8 @@ Blueprints, one per area, live in ``gateway/api/``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from flask import Flask, request, send_from_directory

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 
 from flask import Flask, Response, g, request
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
 @dataclass

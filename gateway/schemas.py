@@ -81,7 +81,7 @@ class OrderListArgsSchema(StatusListArgsSchema):
 
 
 class JobListArgsSchema(StatusListArgsSchema):
-    workOrderId = fields.Integer(**_id)
+    workOrderId = fields.Integer(validate=validate.Range(min=1, max=MAX_ID))
 
 
 class EventListArgsSchema(Schema):
