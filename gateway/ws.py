@@ -50,7 +50,9 @@ def _check_request():
     authenticate("operator")
     raw = request.args.get("after")
     if raw is None:
-        g.ws_after = None
+        # "From now": fixed before the handshake, so nothing after it is missed.
+        with _context().db() as session:
+            g.ws_after = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
     else:
         if not raw.isdigit() or int(raw) > MAX_ID:
             raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
@@ -79,11 +81,7 @@ def stream(ws):
     sub = g.ws_relay.subscribe(QUEUE_SIZE)
     ctx.metrics.ws_clients.inc()
     try:
-        if g.ws_after is None:
-            with ctx.db() as session:
-                last = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
-        else:
-            last = _send_from_log(ws, ctx.db, g.ws_after)
+        last = _send_from_log(ws, ctx.db, g.ws_after)
         while ws.connected:
             if sub.overflowed:
                 ws.send(json.dumps({"type": "overflow", "resumeAfter": last}))
