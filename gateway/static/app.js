@@ -5,6 +5,7 @@
 const LIVE_JOB_STATUSES = "PENDING,QUEUED,MOVING,PROCESSING,WAITING_UNLOAD,PAUSED,SUSPENDED,ERROR";
 const ORDER_ACTIONS = { CREATED: ["start", "cancel"], RUNNING: ["pause", "cancel"], PAUSED: ["resume", "cancel"] };
 const FEED_MAX = 200;
+const ROBOT_TASKS = ["DOCK_TO_BUFFER", "BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP", "SCAN", "MARK"];
 
 const $ = (sel) => document.querySelector(sel);
 const el = (tag, attrs = {}, ...children) => {
@@ -80,6 +81,14 @@ function drawLayout() {
     box.append(ms);
     machines.append(box);
   }
+}
+
+function drawRobot(tasks) {
+  const doing = tasks.filter((t) => ROBOT_TASKS.includes(t.kind))
+    .map((t) => `${t.kind}${t.jobId ? ` job ${t.jobId}` : ""}${t.equipmentId ? ` ${t.equipmentId}` : ""}`);
+  let line = document.querySelector("#robot .doing");
+  if (!line) { line = el("div", { class: "doing" }); $("#robot").append(line); }
+  line.textContent = doing.length ? doing.join("; ") : "idle";
 }
 
 function drawPieces(jobs, equipment, buffer) {
@@ -164,16 +173,18 @@ function drawManual(actions) {
 async function refresh() {
   refreshTimer = null;
   try {
-    const [orders, jobs, equipment, buffer, alarms, manual] = await Promise.all([
+    const [orders, jobs, equipment, buffer, alarms, manual, tasks] = await Promise.all([
       api("GET", "/api/work-orders?limit=500"),
       api("GET", `/api/jobs?limit=500&status=${LIVE_JOB_STATUSES}`),
       api("GET", "/api/equipment"),
       api("GET", "/api/buffer"),
       api("GET", "/api/alarms?limit=500&status=RAISED,ACKNOWLEDGED"),
       api("GET", "/api/manual-actions?limit=500&status=OPEN"),
+      api("GET", "/api/tasks?limit=50&status=RUNNING"),
     ]);
     drawOrders(orders.items);
     drawPieces(jobs.items, equipment, buffer);
+    drawRobot(tasks.items);
     drawAlarms(alarms.items);
     drawManual(manual.items);
     document.body.dataset.loaded = "true";
