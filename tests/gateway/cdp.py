@@ -50,6 +50,10 @@ class Browser:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
+    def check(self, expression: str) -> bool:
+        """A condition on a page that may be (re)loading: errors count as false."""
+        return bool(self.evaluate(f"(() => {{ try {{ return {expression}; }} catch (e) {{ return false; }} }})()"))
+
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 

@@ -36,12 +36,13 @@ def test_operator_runs_the_line_from_the_page(served_gateway, writable, browser)
         s.add(Alarm(code="MACHINE_FAULT", severity="ERROR", message="MC2 spindle fault",
                     equipment_id="MC2"))
     browser.navigate(served_gateway + "/")
-    wait_for(lambda: browser.evaluate("document.readyState") == "complete", timeout=30)
+    wait_for(lambda: browser.check(f"location.origin === '{served_gateway}'"
+                                   " && document.readyState === 'complete'"), timeout=30)
     browser.evaluate(f"localStorage.setItem('linectl.token', '{OPERATOR}')")
     browser.navigate(served_gateway + "/")
 
     def drawn():
-        return browser.evaluate(
+        return browser.check(
             "document.body.dataset.loaded === 'true'"
             " && document.querySelectorAll('.buffer-slot').length === 8"
             " && document.querySelectorAll('.machine').length === 4"
@@ -58,7 +59,7 @@ def test_operator_runs_the_line_from_the_page(served_gateway, writable, browser)
 
     browser.evaluate(f"document.querySelector('tr[data-order-id=\"{order_id}\"] "
                      "button[data-action=start]').click()")
-    wait_for(lambda: browser.evaluate(
+    wait_for(lambda: browser.check(
         f"document.querySelector('tr[data-order-id=\"{order_id}\"] .status').textContent"
         " === 'RUNNING'"
         f" && !!document.querySelector('.buffer-slot[data-slot=\"1\"] .piece[data-order-id=\"{order_id}\"]')"
@@ -67,7 +68,7 @@ def test_operator_runs_the_line_from_the_page(served_gateway, writable, browser)
     assert browser.evaluate("document.querySelectorAll('#feed li').length") >= 2
 
     browser.evaluate("document.querySelector('#alarms li[data-alarm-id] button.ack').click()")
-    wait_for(lambda: browser.evaluate(
+    wait_for(lambda: browser.check(
         "document.querySelector('#alarms li[data-alarm-id] .status').textContent === 'ACKNOWLEDGED'"
         " && !document.querySelector('#alarms button.ack')"), timeout=30,
         message="the alarm acknowledged on screen")
