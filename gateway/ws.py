@@ -63,11 +63,11 @@ def _check_request():
 def _send_from_log(ws, db, last: int, upto: int | None = None) -> int:
     """Send logged events with ``last < seq (<= upto)`` in order; the new last seq."""
     while True:
-        stmt = select(EventLog).where(EventLog.seq > last).order_by(EventLog.seq).limit(BACKLOG_PAGE)
+        stmt = select(EventLog.__table__).where(EventLog.seq > last).order_by(EventLog.seq).limit(BACKLOG_PAGE)
         if upto is not None:
             stmt = stmt.where(EventLog.seq <= upto)
         with db() as session:
-            frames = [serialize.event_frame(r) for r in session.scalars(stmt)]
+            frames = [serialize.event_frame(r) for r in session.execute(stmt)]
         for frame in frames:
             ws.send(json.dumps(frame))
             last = frame["seq"]

@@ -42,6 +42,17 @@ def document_errors(blp, *statuses):
     return wrap
 
 
+def reply(data, status: int = 200):
+    """A JSON response built from ``shared.serialize`` output as is.
+
+    The views' marshmallow response schemas document these shapes (and the
+    schemathesis test holds the two together); dumping every object through
+    them again would only cost time."""
+    resp = jsonify(data)
+    resp.status_code = status
+    return resp
+
+
 def check_id(value: int, what: str) -> int:
     if not 1 <= value <= schemas.MAX_ID:
         raise ApiError(404, "NOT_FOUND", f"{what} {value} not found")
@@ -51,11 +62,13 @@ def check_id(value: int, what: str) -> int:
 def get_or_404(model, key, what: str, serializer):
     if isinstance(key, int):
         check_id(key, what)
+    table = model.__table__
+    (pk,) = table.primary_key.columns
     with read_session() as session:
-        row = session.get(model, key)
-        if row is None:
-            raise ApiError(404, "NOT_FOUND", f"{what} {key} not found")
-        return serializer(row)
+        row = session.execute(select(table).where(pk == key)).first()
+    if row is None:
+        raise ApiError(404, "NOT_FOUND", f"{what} {key} not found")
+    return reply(serializer(row))
 
 
 def parse_statuses(raw: str | None, allowed: tuple[str, ...]) -> list[str] | None:
@@ -73,41 +86,40 @@ def parse_statuses(raw: str | None, allowed: tuple[str, ...]) -> list[str] | Non
 def page(model, key_column, args: dict, serializer, *filters) -> dict:
     """Keyset pagination in ascending key order: stable under inserts.
 
-    ``nextCursor`` is the last key of a full page (opaque to clients)."""
+    ``nextCursor`` is the last key of a full page (opaque to clients). Rows
+    are read with Core (no ORM identity map): serialize takes any row."""
     limit = args["limit"]
-    stmt = select(model).where(*filters).order_by(key_column).limit(limit)
+    stmt = select(model.__table__).where(*filters).order_by(key_column).limit(limit)
     if args.get("cursor"):
         cursor = int(args["cursor"])
         if cursor > schemas.MAX_ID:
             raise ApiError(400, "VALIDATION_ERROR", "cursor: not a cursor")
         stmt = stmt.where(key_column > cursor)
     with read_session() as session:
-        rows = session.scalars(stmt).all()
-        items = [serializer(r) for r in rows]
+        rows = session.execute(stmt).all()
+    items = [serializer(r) for r in rows]
     next_cursor = str(getattr(rows[-1], key_column.key)) if len(rows) == limit else None
-    return {"items": items, "nextCursor": next_cursor}
+    return reply({"items": items, "nextCursor": next_cursor})
 
 
 def run_command(command_type: str, payload: dict, *, ok_status: int = 200):
     """Send a command to the loop and translate its outcome into HTTP.
 
-    HANDLED → ``(result, ok_status)``; QUEUED (the wait timed out) → 202
+    HANDLED → ``result`` with ``ok_status``; QUEUED (the wait timed out) → 202
     ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and message.
     The line_controller unreachable → 503 (raised by the RPC pool)."""
     ctx = context()
     command_id = uuid.uuid4().hex
     with ctx.rpc_pool().client() as rpc:
-        reply = getattr(rpc, LINE_CONTROLLER).command(
+        outcome = getattr(rpc, LINE_CONTROLLER).command(
             command_type, payload, g.actor,
             command_id=command_id, wait_seconds=ctx.settings.command_wait_seconds,
         )
-    status = reply.get("status")
+    status = outcome.get("status")
     if status == "HANDLED":
-        return reply.get("result") or {}, ok_status
+        return reply(outcome.get("result") or {}, ok_status)
     if status == "QUEUED":
-        resp = jsonify({"commandId": reply.get("commandId") or command_id})
-        resp.status_code = 202
-        return resp
-    error = reply.get("error") or {}
+        return reply({"commandId": outcome.get("commandId") or command_id}, 202)
+    error = outcome.get("error") or {}
     code = error.get("code") or "INVALID_TRANSITION"
     raise ApiError(_REJECTION_STATUS.get(code, 409), code, error.get("message") or code)

@@ -6,7 +6,7 @@ from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from gateway import schemas
-from gateway.api.common import QUERY_ERRORS, document_errors, read_session
+from gateway.api.common import QUERY_ERRORS, document_errors, read_session, reply
 from gateway.auth import require
 from shared import serialize
 from shared.db.models import EventLog
@@ -21,10 +21,9 @@ blp = Blueprint("events", __name__, description="the event log")
 @document_errors(blp, *QUERY_ERRORS)
 def list_events(args):
     """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page."""
-    stmt = (select(EventLog).where(EventLog.seq > args["after"])
+    stmt = (select(EventLog.__table__).where(EventLog.seq > args["after"])
             .order_by(EventLog.seq).limit(args["limit"]))
     with read_session() as session:
-        rows = session.scalars(stmt).all()
-        items = [serialize.event_frame(r) for r in rows]
+        items = [serialize.event_frame(r) for r in session.execute(stmt)]
     next_cursor = str(items[-1]["seq"]) if len(items) == args["limit"] else None
-    return {"items": items, "nextCursor": next_cursor}
+    return reply({"items": items, "nextCursor": next_cursor})

@@ -7,7 +7,7 @@ from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from gateway import schemas
-from gateway.api.common import context, document_errors, get_or_404, read_session
+from gateway.api.common import context, document_errors, get_or_404, read_session, reply
 from gateway.auth import require
 from shared import serialize
 from shared.db.models import JOB_TERMINAL, Equipment, EquipmentSlot, Job, LoopMessage
@@ -37,11 +37,11 @@ def list_products():
 @document_errors(blp, 401, 403)
 def list_equipment():
     with read_session() as session:
-        equipment = session.scalars(select(Equipment).order_by(Equipment.id)).all()
+        equipment = session.execute(select(Equipment.__table__).order_by(Equipment.id)).all()
         slots: dict[str, list] = {}
-        for s in session.scalars(select(EquipmentSlot)):
+        for s in session.execute(select(EquipmentSlot.__table__)):
             slots.setdefault(s.equipment_id, []).append(s)
-        return {"items": [serialize.equipment(e, slots.get(e.id, [])) for e in equipment]}
+    return reply({"items": [serialize.equipment(e, slots.get(e.id, [])) for e in equipment]})
 
 
 @blp.route("/api/buffer", methods=["GET"])
@@ -56,7 +56,7 @@ def get_buffer():
     ).order_by(Job.id)
     with read_session() as session:
         held = {slot_no: job_id for slot_no, job_id in session.execute(stmt)}
-    return {"slots": [{"slotNo": n, "jobId": held.get(n)} for n in range(1, size + 1)]}
+    return reply({"slots": [{"slotNo": n, "jobId": held.get(n)} for n in range(1, size + 1)]})
 
 
 @blp.route("/api/commands/<command_id>", methods=["GET"])
