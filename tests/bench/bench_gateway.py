@@ -13,7 +13,10 @@ transport, with the layer below each measurement as the reference:
     python tests/bench/bench_gateway.py [--requests 2000] [--events 60]
 
 Targets: p99 command round trip < 50 ms on an idle line; event-to-frame p99
-< 50 ms at 200 clients. The machine is shared: figures are indicative.
+< 50 ms at 200 clients. The load clients and the stand-in loop share this
+process (eventlet) and the machine's cores with the gateway: figures are
+indicative, and the concurrent command rate is bounded by the stand-in's
+serial loop, not by the gateway.
 """
 
 import eventlet
@@ -223,10 +226,14 @@ def main():
                 [serialize.work_order(o) for o in s.scalars(select(WorkOrder).order_by(WorkOrder.id).limit(50))]
 
         rps, lat = load(read, args.requests, CONCURRENCY)
-        ref_lat = sequential(read_ref, 300)
         row("read: requests/s (20 clients)", rps, None, "req/s")
-        row("read: p50 (20 clients) | ref: direct SQL", pct(lat, 50), pct(ref_lat, 50), "ms")
-        row("read: p99 (20 clients) | ref: direct SQL", pct(lat, 99), pct(ref_lat, 99), "ms")
+        row("read: p50 (20 clients)", pct(lat, 50), None, "ms")
+        row("read: p99 (20 clients)", pct(lat, 99), None, "ms")
+        session = requests.Session()
+        idle = sequential(lambda: read(session), 300)
+        ref_lat = sequential(read_ref, 300)
+        row("read idle: p50 | ref: same query+serialize", pct(idle, 50), pct(ref_lat, 50), "ms")
+        row("read idle: p99 | ref: same query+serialize", pct(idle, 99), pct(ref_lat, 99), "ms")
 
         def command(session):
             r = session.post(base + "/api/work-orders", json=body, headers=AUTH)
@@ -235,7 +242,6 @@ def main():
         rps, lat = load(command, args.commands, CONCURRENCY)
         row("command: requests/s (20 clients)", rps, None, "req/s")
         row("command: p99 (20 clients)", pct(lat, 99), None, "ms")
-        session = requests.Session()
         idle = sequential(lambda: command(session), 200)
         with ClusterRpcProxy(config, timeout=10) as rpc:
             ref = sequential(lambda: rpc.line_controller.command(
