@@ -68,7 +68,7 @@ def _transition(obj, allowed_from, to, what):
         raise Rejected("INVALID_TRANSITION", f"{what} {obj.id} is {obj.status}; cannot become {to}")
     obj.status = to
     obj.version += 1
-    obj.updated_at = datetime.now(UTC) if hasattr(obj, "updated_at") else None
+    obj.updated_at = datetime.now(UTC)
 
 
 def _create_order(s, p, actor):
@@ -146,8 +146,7 @@ def _job_step(s, p, actor, kind):
 
 def _ack_alarm(s, p, actor):
     alarm = _load(s, Alarm, p["alarmId"], "alarm")
-    _transition_alarm = alarm.status == "RAISED"
-    if not _transition_alarm:
+    if alarm.status != "RAISED":
         raise Rejected("INVALID_TRANSITION", f"alarm {alarm.id} is {alarm.status}")
     alarm.status, alarm.acknowledged_at, alarm.acknowledged_by = "ACKNOWLEDGED", datetime.now(UTC), actor
     s.flush()

@@ -27,3 +27,15 @@ def test_commands_and_readyz_answer_503_without_line_controller(lonely_client):
     assert r.status_code == 503 and "line_controller" in r.get_json()["error"]["message"]
     assert lonely_client.get("/api/work-orders", headers=AUTH).status_code == 200
     assert "linectl_line_controller_up 0.0" in lonely_client.get("/metrics").get_data(as_text=True)
+
+
+def test_readyz_names_the_database_when_it_is_down(gateway_env):
+    app = create_app(load_settings({**gateway_env,
+                                    "LINECTL_DATABASE_URL": "postgresql://u@127.0.0.1:1/none"}))
+    try:
+        r = app.test_client().get("/readyz")
+        assert r.status_code == 503 and "database" in r.get_json()["error"]["message"]
+        r = app.test_client().get("/api/work-orders", headers=AUTH)
+        assert r.status_code == 503 and r.get_json()["error"]["code"] == "UNAVAILABLE"
+    finally:
+        app.extensions["linectl"].close()

@@ -8,6 +8,7 @@ import json
 import threading
 
 import pytest
+import requests
 import websocket
 
 from tests.gateway.conftest import OPERATOR, RUNTIME
@@ -47,6 +48,8 @@ def test_replay_then_live_in_order(served_gateway, events):
     try:
         backlog = read_until(ws, written[-1]["seq"])
         assert backlog == written[2:]
+        metrics = requests.get(served_gateway + "/metrics", timeout=10).text
+        assert "linectl_websocket_clients 1.0" in metrics
         live = events.write([("L1", {"x": 1}), ("L2", {"x": 2})])
         assert read_until(ws, live[-1]["seq"]) == live
     finally:
