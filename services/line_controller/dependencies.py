@@ -23,6 +23,8 @@ from .scheduling import HardwareRequest
 
 log = logging.getLogger(__name__)
 
+PLC_STATE_TIMEOUT = 3.0  # seconds the start-up recovery waits for the hardware service
+
 
 class LineEventPublisher(EventDispatcher):
     """Publishes each committed loop transaction as one ``line_events`` event."""
@@ -100,7 +102,13 @@ class ProductionLoop(DependencyProvider):
     def start(self):
         publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
         self.loop.publish = publisher.publish_frames
-        self.loop.start()
+        self.loop.start(recover=True, plc_state=self._plc_state)
+
+    def _plc_state(self):
+        """The hardware's ``plc_state()`` for the start-up recovery check; an
+        exception (no hardware service within the timeout) means unknown."""
+        with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT) as proxy:
+            return getattr(proxy, ev.HARDWARE).plc_state()
 
     def stop(self):
         self.loop.stop()

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
+RECOVERY_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -96,19 +97,36 @@ class EventLoop:
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def start(self, consume: bool = True) -> None:
+    def start(self, consume: bool = True, *, recover: bool = False, plc_state=None) -> None:
         """Sync equipment, load the counters, re-enqueue QUEUED messages, and (unless
-        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer."""
+        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer.
+
+        ``recover``: the first message is a ``RecoveryCheck`` carrying ``plc_state()``
+        (a callable; None or a failing one means the PLC could not be read), and no
+        scheduling round runs until it has been handled."""
         with self.engine.begin() as conn:
             db = DBState(conn)
             db.sync_equipment(self.layout)
             self.last_seq, self.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
+        if recover:
+            self.recovering = True
+            self._enqueue(self._recovery_check(plc_state))
         for row in backlog:  # persisted before a crash or restart: they still run
             self._enqueue(m.EventLoopMessage(row.id, row.type, row.payload, row.correlation_id,
                                              row.actor, row.created_at))
         if consume:
             self._consumer = eventlet.spawn(self._run)
+
+    @staticmethod
+    def _recovery_check(plc_state) -> m.EventLoopMessage:
+        state = None
+        if plc_state is not None:
+            try:
+                state = plc_state()
+            except Exception as exc:  # the hardware service is not there (yet)
+                log.warning("recovery: the PLC state could not be read: %s", exc)
+        return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -165,6 +183,10 @@ class EventLoop:
         except Exception:  # e.g. the database is gone: the loop must outlive one message
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
             outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+        if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
+            # Not checked (e.g. the database is away): check again, still holding scheduling.
+            eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
+                                 m.new_message("RecoveryCheck", msg.payload, actor="recovery"))
         for pending in self._pending.pop(msg.id, []):
             pending.done.send(outcome)
         return outcome
@@ -216,6 +238,8 @@ class EventLoop:
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
         self._committed(frames)
         self.handled_total += 1
+        if msg.type == "RecoveryCheck":
+            self.recovering = False
         self._send(requests)
         for follow_up in follow_ups:
             self._enqueue(follow_up)
@@ -299,7 +323,7 @@ class EventLoop:
     def schedule(self) -> None:
         """Plan and apply actions in one transaction; a failed condition drops the
         whole round (the next round re-plans from the state as it is)."""
-        if self.scheduler is None:
+        if self.scheduler is None or self.recovering:
             return
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()
