@@ -30,6 +30,8 @@ from eventlet.event import Event
 from eventlet.queue import LightQueue
 from sqlalchemy.engine import Engine
 
+from shared.stats import Durations
+
 from . import messages as m
 from .actions import ActionExecutor
 from .dbstate import DBState, Rejected
@@ -94,6 +96,7 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
+        self.handling = Durations()  # per message type, for status() and /metrics
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -140,7 +143,8 @@ class EventLoop:
         lag = time.monotonic() - self._waiting[0] if self._waiting else 0.0
         return {"queueLength": self.inbox.qsize(), "lagSeconds": round(lag, 3),
                 "handledTotal": self.handled_total, "lastSeq": self.last_seq,
-                "recovering": self.recovering, "duplicatesTotal": self.duplicates_total}
+                "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
+                "handling": self.handling.snapshot()}
 
     # -- the way in -------------------------------------------------------------------------
 
@@ -178,11 +182,13 @@ class EventLoop:
             return None
         msg = self.inbox.get()
         self._waiting.popleft()
+        t0 = time.perf_counter()
         try:
             outcome = self.handle(msg)
         except Exception:  # e.g. the database is gone: the loop must outlive one message
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
             outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+        self.handling.observe(msg.type, time.perf_counter() - t0, outcome.status == "FAILED")
         if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
             # Not checked (e.g. the database is away): check again, still holding scheduling.
             eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
