@@ -246,6 +246,8 @@ class EventLoop:
         self.handled_total += 1
         if msg.type == "RecoveryCheck":
             self.recovering = False
+            log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
+                     result["inconsistencies"], result["manualActionIds"])
         self._send(requests)
         for follow_up in follow_ups:
             self._enqueue(follow_up)
