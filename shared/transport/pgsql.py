@@ -518,6 +518,10 @@ class Transport(virtual.Transport):
     connection_errors = virtual.Transport.connection_errors + (
         psycopg2.OperationalError, psycopg2.InterfaceError)
     channel_errors = virtual.Transport.channel_errors + (psycopg2.DatabaseError,)
+    # Only a lost database connection is worth a reconnect and retry; NO_ROUTE,
+    # NOT_FOUND and SQL errors are not.
+    recoverable_connection_errors = (psycopg2.OperationalError, psycopg2.InterfaceError)
+    recoverable_channel_errors = ()
 
     implements = virtual.Transport.implements.extend(
         exchange_type=frozenset(["direct", "topic", "fanout"]))
