@@ -31,7 +31,8 @@ class Peer:
             text=True, env={**os.environ, **(env or {})},
         )
         self.lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -52,6 +53,7 @@ class Peer:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
+        self._reader.join(timeout=30)  # it reads stdout to EOF; closing under it would race
         self.proc.stdout.close()
         self.proc.stderr.close()
 

@@ -11,8 +11,9 @@ of SPEC (``[[exchange, type, queue, binding_key], ...]``), prints ``ready``, the
 import json
 import sys
 
-import shared  # noqa: F401  (registers pgsql://)
 from kombu import Connection, Consumer, Exchange, Queue
+
+import shared  # noqa: F401  (registers pgsql://)
 
 
 def main(url, mode, spec):

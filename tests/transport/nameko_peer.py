@@ -7,9 +7,9 @@ eventlet.monkey_patch()
 
 import sys  # noqa: E402
 
-import shared  # noqa: E402,F401  (registers pgsql://)
 from nameko.runners import ServiceRunner  # noqa: E402
 
+import shared  # noqa: E402,F401  (registers pgsql://)
 from tests.transport.nameko_services import Greeter  # noqa: E402
 
 
