@@ -34,8 +34,8 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
 
 Durability: a publish commits with ``synchronous_commit = on`` only when the message
 is persistent (``delivery_mode=2``) and at least one target queue is durable and
-neither auto-delete nor exclusive. Everything else — transient messages, messages to
-reply queues (nameko's are auto-delete), claims, acks, requeues — commits with
+neither auto-delete, exclusive nor ``x-expires``. Everything else — transient messages,
+messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues — commits with
 ``synchronous_commit = off``: a PostgreSQL crash may lose the last fraction of a
 second of those (a lost ack is a redelivery; a lost reply is an RPC timeout), never
 corrupts anything, and it saves a WAL flush per statement.
@@ -128,7 +128,8 @@ notified AS (
 SELECT (SELECT count(*) FROM notified),
        set_config('synchronous_commit',
                   CASE WHEN %(persistent)s AND bool_or(q.durable AND NOT q.auto_delete
-                                                       AND NOT q.exclusive)
+                                                       AND NOT q.exclusive
+                                                       AND q.expires_ms IS NULL)
                        THEN 'on' ELSE 'off' END, true)
 FROM sent JOIN mq_queue q ON q.name = sent.queue
 """
@@ -537,6 +538,7 @@ class Transport(virtual.Transport):
         self._pending_listens = OrderedDict()  # queue -> True (LISTEN) / False (UNLISTEN)
         self._dirty = set()
         self._wake_r = self._wake_w = None
+        self._wake_pending = False
         self._next_sweep = 0.0
 
     def driver_version(self):
@@ -592,15 +594,16 @@ class Transport(virtual.Transport):
         conn.notifies.clear()
 
     def _wake(self):
-        if self._wake_w is not None:
-            try:
-                os.write(self._wake_w, b"!")
-            except BlockingIOError:
-                pass  # already full of wake-ups
+        # At most one byte in the pipe: a full pipe would make eventlet's green
+        # os.write wait, and two green threads waiting on one fd is an error.
+        if self._wake_w is not None and not self._wake_pending:
+            self._wake_pending = True
+            os.write(self._wake_w, b"!")
 
     def _wait(self, seconds):
         readable, _, _ = select.select([self._listen_conn, self._wake_r], [], [], seconds)
         if self._wake_r in readable:
+            self._wake_pending = False
             # One read: the pipe is readable, and a loop would block a green thread
             # (eventlet's os.read waits for data instead of raising).
             os.read(self._wake_r, 65536)
