@@ -43,7 +43,9 @@ corrupts anything, and it saves a WAL flush per statement.
 Transport options (``transport_options=`` or nameko ``TRANSPORT_OPTIONS``):
 ``polling_interval`` (s, fallback poll and sweep period, default 5.0),
 ``max_deliveries`` (default 5), ``prefetch_batch`` (rows claimed per query when no
-prefetch limit is set, default 10).
+prefetch limit is set, default 10), ``durable_publish`` (default True; False commits
+every publish with ``synchronous_commit = off``, trading the last fraction of a second
+of persistent messages on a PostgreSQL crash for one WAL flush less per message).
 
 Not supported: message priorities (delivery is FIFO per queue), exchange-to-exchange
 bindings, headers exchanges, publisher confirms beyond "committed" (every publish is
@@ -401,7 +403,7 @@ class Channel(virtual.Channel):
             "routing_key": routing_key or "",
             "payload": json.dumps(message),
             "ttl_ms": int(expiration) if expiration is not None else None,
-            "persistent": props.get("delivery_mode") == 2,
+            "persistent": props.get("delivery_mode") == 2 and self.connection.durable_publish,
         })
         if not routed and mandatory:
             raise ChannelError(
@@ -532,6 +534,7 @@ class Transport(virtual.Transport):
         options = client.transport_options
         self.max_deliveries = int(options.get("max_deliveries", DEFAULT_MAX_DELIVERIES))
         self.prefetch_batch = int(options.get("prefetch_batch", DEFAULT_PREFETCH_BATCH))
+        self.durable_publish = bool(options.get("durable_publish", True))
         self._dsn = connection_dsn(client.hostname)
         self._listen_conn = None
         self._listening = {}  # notify channel -> queue
