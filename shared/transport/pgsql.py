@@ -26,7 +26,9 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
   notification, an ack that frees prefetch room, or the slow fallback poll.
 * Claiming: ``UPDATE … FOR UPDATE SKIP LOCKED``, so competing consumers never block
   each other or get the same message. A claimed row carries a lease: the PostgreSQL
-  backend (pid + start time) of the consuming channel. Ack deletes the row; reject
+  backend (pid + start time) of the consuming channel. Ack deletes the row (in the
+  same round trip as the channel's next claim, or before its drain loop sleeps;
+  ``Channel.close`` flushes); reject
   with requeue clears the lease. If the consumer's connection or process dies, its
   backend ends, and the next sweep (every ``polling_interval``, default 5 s) hands the
   message out again with ``redelivered`` set; a message whose consumers died
@@ -158,6 +160,8 @@ WHERE m.id = c.id
 RETURNING m.id, m.queue, m.payload, m.delivery_count + 1
 """
 
+ACK_SQL = "DELETE FROM mq_message WHERE id = ANY(%(acked)s::bigint[]);\n"
+
 RELEASE_SQL = """
 WITH freed AS (
     UPDATE mq_message SET lease_pid = NULL, lease_started = NULL
@@ -238,7 +242,7 @@ class QoS(virtual.QoS):
     def ack(self, delivery_tag):
         message = self._delivered.get(delivery_tag)
         if message is not None and delivery_tag not in self._dirty:
-            self.channel._delete_rows([message.row_id])
+            self.channel._ack_later(message.row_id)
         super().ack(delivery_tag)
         self.channel._room_made()
 
@@ -274,6 +278,11 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self._lock = threading.RLock()
         self._no_ack_queues = set()
+        # Acked rows not yet deleted: the DELETE rides on the next claim, or runs
+        # before the drain loop sleeps, so it is off the path of the next message.
+        # Until then the row stays leased to this live backend; if the process
+        # dies first, the message is redelivered (at-least-once).
+        self._acked = []
         self._conn = connection.connect_db()
         (self._backend,) = self._query(
             "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
@@ -443,8 +452,11 @@ class Channel(virtual.Channel):
         return message
 
     def _claim(self, queues, limit, take=False):
-        return self._query(TAKE_SQL if take else CLAIM_SQL,
-                           dict(self._lease, queues=list(queues), limit=limit))
+        with self._lock:
+            acked, self._acked = self._acked, []
+            return self._query(ACK_SQL + (TAKE_SQL if take else CLAIM_SQL),
+                               dict(self._lease, queues=list(queues), limit=limit,
+                                    acked=acked))
 
     def _raw(self, row_id, queue, payload, delivery_count):
         raw = json.loads(payload)
@@ -478,6 +490,16 @@ class Channel(virtual.Channel):
 
     # -- settling ----------------------------------------------------------------
 
+    def _ack_later(self, row_id):
+        with self._lock:
+            self._acked.append(row_id)
+
+    def flush_acks(self):
+        with self._lock:
+            acked, self._acked = self._acked, []
+            if acked:
+                self._delete_rows(acked)
+
     def _delete_rows(self, ids):
         self._query("DELETE FROM mq_message WHERE id = ANY(%s)", (ids,))
 
@@ -498,6 +520,7 @@ class Channel(virtual.Channel):
         if self.closed or self._conn is None:
             return super().close()
         try:
+            self.flush_acks()
             super().close()  # cancels consumers, requeues unacked messages
             self._query("DELETE FROM mq_queue WHERE exclusive AND owner_pid = %(pid)s"
                         " AND owner_started = %(started)s", self._lease)
@@ -633,6 +656,8 @@ class Transport(virtual.Transport):
             wait = self._next_sweep - now
             if deadline is not None:
                 wait = min(wait, deadline - now)
+            for channel in self.channels:
+                channel.flush_acks()
             self._wait(wait)
 
     def _deliver_ready(self):
