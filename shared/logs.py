@@ -43,5 +43,5 @@ def configure_logging(level: str = "INFO", fmt: str = "text", process_name: str 
     root.setLevel(level)
     # Chatty libraries stay at WARNING unless we debug.
     if level != "DEBUG":
-        for name in ("kombu", "amqp", "nameko", "pymodbus", "werkzeug", "alembic.runtime.migration"):
+        for name in ("kombu", "amqp", "nameko", "pymodbus", "werkzeug", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)

@@ -7,7 +7,13 @@
 this form needs no YAML because the config comes from ``shared.config``.)
 """
 
-import eventlet
+import warnings
+
+# eventlet warns on import that it is in bugfix mode; nameko 2.14 has no other
+# concurrency, so the warning is noise in every service's log.
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+
+import eventlet  # noqa: E402
 
 eventlet.monkey_patch()
 

