@@ -40,6 +40,13 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
                          60, 0.1, "hardware restarted")
     stack.wait_ready()
 
+    # kill -9 the line_controller: restarted, it checks the state before it schedules.
+    mark = len(stack.lines)
+    os.kill(pids["line_controller"], signal.SIGKILL)
+    stack.wait_line("line_controller exited", after=mark)
+    stack.wait_line("recovery check: 0 inconsistencies", after=mark)
+    stack.wait_ready()
+
     # State survives the stop: an order created now is there after the second up.
     token = stack.token("operator")
     code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
