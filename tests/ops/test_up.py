@@ -1,10 +1,11 @@
 """``linectl up`` as a real process: the start-up summary, readiness, a killed
-process restarted, a truthful /readyz, an orderly stop on SIGTERM, and a
-second ``up`` that resumes on the same data."""
+process restarted, a truthful /readyz, a PostgreSQL restart survived, an
+orderly stop on SIGTERM, and a second ``up`` that resumes on the same data."""
 
 import os
 import signal
 
+from shared.db.embedded import EmbeddedPostgres
 from tests.ops.stack import NAMES
 from tests.support.waiting import wait_for
 
@@ -47,11 +48,19 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     stack.wait_line("recovery check: 0 inconsistencies", after=mark)
     stack.wait_ready()
 
-    # State survives the stop: an order created now is there after the second up.
+    # A crash-like PostgreSQL restart: nothing committed is lost, the services reconnect.
     token = stack.token("operator")
-    code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
-                                token)
-    assert code in (200, 201), order
+    code, before = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
+                                 token)
+    assert code == 201, before
+    EmbeddedPostgres(stack.data_dir / "pg").restart("immediate")
+    stack.wait_ready()
+    assert stack.get(f"/api/work-orders/{before['id']}", token)[1]["code"] == before["code"]
+
+    # State survives the stop: an order created now is there after the second up.
+    code, order = wait_for(lambda: (r := stack.request(
+        "POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1}, token))[0] == 201 and r,
+        60, 0.5, "a command through the reconnected services")
 
     assert stack.terminate() == 0
     out = stack.output()
