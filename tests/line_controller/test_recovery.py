@@ -4,14 +4,28 @@ database, a PLC that disagrees), then a new loop starts on it, as after a
 restart. Every finding holds its jobs and waits for an operator; the answer
 goes through the loop and leaves a consistent state."""
 
+import inspect
+
 import pytest
 from sqlalchemy import text
 
 from services.line_controller import recovery as r
 from services.line_controller.loop import EventLoop
-from services.line_controller.scheduling import Load, Refill
 
 from .conftest import Harness
+
+try:  # the scripted actions of the wired scheduler
+    from tests.line_controller.scripted import Load, Refill
+except ImportError:
+    from services.line_controller.scheduling import Load, Refill
+
+
+def loaded(harness, job_id, equipment_id, slot_no, buffer_slot):
+    """The piece on the machine, its cycle not started (the machine idle in the DB)."""
+    if "start" in inspect.signature(harness.on_equipment).parameters:
+        harness.on_equipment(job_id, equipment_id, slot_no, buffer_slot, start=False)
+    else:
+        harness.on_equipment(job_id, equipment_id, slot_no, buffer_slot)
 
 
 def plc(running=(), done=()):
@@ -29,12 +43,13 @@ class Restarted(Harness):
     def __init__(self, engine, layout, plc_state):
         super().__init__(engine, layout)
         self.planned = 0
-        plan = self.scheduler.plan
+        name = "choose" if hasattr(self.scheduler, "choose") else "plan"
+        inner = getattr(self.scheduler, name)
 
-        def counting_plan(db):
+        def counting(arg):
             self.planned += 1
-            return plan(db)
-        self.scheduler.plan = counting_plan
+            return inner(arg)
+        setattr(self.scheduler, name, counting)
         self.loop.start(consume=False, recover=True, plc_state=plc_state)
 
     def recover(self):
@@ -117,23 +132,27 @@ def test_a_task_in_flight_is_closed_and_confirm_puts_the_piece_back(harness, res
 def test_action_done_applies_the_unreported_success(harness, restart):
     oid, jobs = harness.started_order(quantity=2)
     harness.on_buffer(jobs[0], 1)
-    req = harness.act(Load(jobs[0], "MC1", 1))
+    harness.on_buffer(jobs[1], 2)
+    assert harness.succeed(harness.act(Load(jobs[0], "MC1", 1))).status == "HANDLED"  # reported
+    req = harness.act(Load(jobs[1], "MC1", 2))  # then the process dies
     h = restart()
     h.recover()
     action = h.action(r.TASK_OUTCOME_UNKNOWN)
     assert h.resolve(action, "NOT_A_CHOICE").error["code"] == "VALIDATION_ERROR"
     assert h.resolve(action, "ACTION_DONE").status == "HANDLED"
-    job = h.job(jobs[0])
-    assert (job.status, job.position_type, job.position_ref_id, job.temp_slot_no) == \
-        ("PROCESSING", "ON_EQUIPMENT", "MC1:1", 1)
-    slot = h.slot("MC1", 1)
-    assert (slot.status, slot.current_job_id) == ("OCCUPIED", jobs[0])
+    reported, recovered = h.job(jobs[0]), h.job(jobs[1])
+    assert (recovered.position_type, recovered.position_ref_id, recovered.temp_slot_no) == \
+        ("ON_EQUIPMENT", "MC1:2", 2)
+    assert (recovered.status, recovered.held_status, recovered.step_index) == \
+        (reported.status, reported.held_status, reported.step_index)
+    slot = h.slot("MC1", 2)
+    assert (slot.status, slot.current_job_id) == ("OCCUPIED", jobs[1])
     assert h.row("SELECT status FROM task WHERE id = :id", id=req.task_id).status == "FAILED"
 
 
 def test_scrap_counts_the_piece_exactly_once(harness, restart):
     oid, jobs = harness.started_order(quantity=1)
-    harness.on_equipment(jobs[0], "MC1", 1, 1)
+    loaded(harness, jobs[0], "MC1", 1, 1)
     sql(harness.engine, "UPDATE equipment_slot SET status = 'EMPTY', current_job_id = NULL "
                         "WHERE equipment_id = 'MC1' AND slot_no = 1")
     h = restart()
@@ -150,7 +169,7 @@ def test_scrap_counts_the_piece_exactly_once(harness, restart):
 
 def test_slot_mismatch_confirm_makes_the_slot_follow_the_job(harness, restart):
     oid, jobs = harness.started_order(quantity=1)
-    harness.on_equipment(jobs[0], "MC2", 2, 3)
+    loaded(harness, jobs[0], "MC2", 2, 3)
     sql(harness.engine, "UPDATE equipment_slot SET status = 'EMPTY', current_job_id = NULL "
                         "WHERE equipment_id = 'MC2' AND slot_no = 2")
     h = restart()
@@ -215,7 +234,7 @@ def test_db_says_running_but_the_plc_is_idle(harness, restart):
 
 def test_a_done_machine_is_consistent_and_a_loaded_unstarted_batch_too(harness, restart):
     oid, jobs = harness.started_order(quantity=1)
-    harness.on_equipment(jobs[0], "MC1", 1, 1)  # loaded, not started: the PLC is idle
+    loaded(harness, jobs[0], "MC1", 1, 1)  # loaded, not started: the PLC is idle
     assert restart(lambda: plc()).recover()["inconsistencies"] == 0
     sql(harness.engine, "UPDATE equipment SET status = 'RUNNING' WHERE id = 'MC1'")
     assert restart(lambda: plc(done=[("MC1", 1)])).recover()["inconsistencies"] == 0

@@ -155,7 +155,7 @@ def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
                        f"resolution: must be one of {', '.join(action.choices or [])}")
     resolved = db.resolve_manual_action(action.id, cmd.resolution, ctx.actor, cmd.note)
     if action.kind.startswith("RECOVERY"):
-        resolve_recovery(db, action, cmd.resolution)
+        ctx.requests.extend(resolve_recovery(db, action, cmd.resolution))
     else:
         _apply_resolution(db, action, cmd.resolution)
     _clear_alarm(db, action, ctx.actor)
@@ -222,7 +222,7 @@ def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
     for action_id in ids:
         action = open_recovery[action_id]
         db.resolve_manual_action(action_id, "CONFIRMED", ctx.actor, cmd.note)
-        resolve_recovery(db, action, "CONFIRM")
+        ctx.requests.extend(resolve_recovery(db, action, "CONFIRM"))
         _clear_alarm(db, action, ctx.actor)
     ctx.target = ("recovery", None)
     return {"confirmed": ids}

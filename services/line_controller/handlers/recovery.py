@@ -129,9 +129,10 @@ def _release(db, action, job_id, *, status=None, place: dict | None = None):
     return db.set_job_status(job.id, (job.status,), target, held_status=None)
 
 
-def resolve_recovery(db, action, resolution: str) -> None:
+def resolve_recovery(db, action, resolution: str) -> list:
     """Apply an operator's answer (``CONFIRM`` = accept the recorded state) to a
-    RECOVERY_* action that has just been marked resolved."""
+    RECOVERY_* action that has just been marked resolved; the hardware requests
+    that follow from it (to send after the commit)."""
     context = action.context or {}
     job_ids = list(context.get("jobIds") or ([action.job_id] if action.job_id else []))
     if resolution in ("PIECE_REMOVED", "SCRAP"):
@@ -141,10 +142,10 @@ def resolve_recovery(db, action, resolution: str) -> None:
             _empty_slot(db, action.equipment_id, context["slotNo"])
         if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
             _equipment_idle(db, action.equipment_id)
-        return
+        return []
     if action.kind == r.TASK_OUTCOME_UNKNOWN:
-        _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
-    elif action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
+        return _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
+    if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
         for job_id in job_ids:
             _release(db, action, job_id)
         if resolution == "CYCLE_DONE":
@@ -161,6 +162,7 @@ def resolve_recovery(db, action, resolution: str) -> None:
     else:
         for job_id in job_ids:
             _release(db, action, job_id)
+    return []
 
 
 def _resolve_task(db, action, task, job_ids, resolution):
@@ -171,8 +173,7 @@ def _resolve_task(db, action, task, job_ids, resolution):
         if any(db.job(j).status in HELD for j in params.get("jobIds", [])):
             raise Rejected("INVALID_TRANSITION", "another recovery action still holds this task's "
                            "jobs: resolve it first")
-        apply_task_success(db, task, {})
-        return
+        return list(apply_task_success(db, task, {}) or [])
     before = params.get("before") or {}
     for job_id in job_ids:
         was = before.get(str(job_id))
@@ -180,6 +181,7 @@ def _resolve_task(db, action, task, job_ids, resolution):
             _release(db, action, job_id)
         else:
             _release(db, action, job_id, status=was["status"], place=was)
+    return []
 
 
 def _resolve_slot(db, action, job_ids, resolution):
