@@ -141,6 +141,10 @@ class DBState:
     def all_equipment(self):
         return self._all("SELECT * FROM equipment ORDER BY id")
 
+    def pieces_in_process(self) -> int:
+        return self._one("SELECT count(*) AS n FROM job WHERE status = 'PROCESSING' "
+                         "OR held_status = 'PROCESSING'").n
+
     def open_tasks(self):
         return self._all("SELECT * FROM task WHERE status IN ('PENDING','RUNNING') ORDER BY id")
 

@@ -23,7 +23,8 @@ from .scheduling import HardwareRequest
 
 log = logging.getLogger(__name__)
 
-PLC_STATE_TIMEOUT = 3.0  # seconds the start-up recovery waits for the hardware service
+PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
+PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
 
 
 class LineEventPublisher(EventDispatcher):
@@ -102,7 +103,7 @@ class ProductionLoop(DependencyProvider):
     def start(self):
         publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
         self.loop.publish = publisher.publish_frames
-        self.loop.start(recover=True, plc_state=self._plc_state)
+        self.loop.start(recover=True, plc_state=self._plc_state, plc_wait=PLC_WAIT_SECONDS)
 
     def _plc_state(self):
         """The hardware's ``plc_state()`` for the start-up recovery check; an

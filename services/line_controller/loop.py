@@ -100,21 +100,31 @@ class EventLoop:
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def start(self, consume: bool = True, *, recover: bool = False, plc_state=None) -> None:
+    def start(self, consume: bool = True, *, recover: bool = False, plc_state=None,
+              plc_wait: float = 0.0) -> None:
         """Sync equipment, load the counters, re-enqueue QUEUED messages, and (unless
         ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer.
 
-        ``recover``: the first message is a ``RecoveryCheck`` carrying ``plc_state()``
-        (a callable; None or a failing one means the PLC could not be read), and no
-        scheduling round runs until it has been handled."""
+        ``recover``: a ``RecoveryCheck`` carrying ``plc_state()`` (a callable; None or a
+        failing one means the PLC could not be read) is enqueued, and no scheduling
+        round runs until it has been handled. When the first read does not reach the
+        PLC (the hardware service starts at the same time) and pieces are in process,
+        reads are retried for up to ``plc_wait`` seconds in the background before the
+        check runs without it."""
         with self.engine.begin() as conn:
             db = DBState(conn)
             db.sync_equipment(self.layout)
             self.last_seq, self.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
+            in_process = recover and db.pieces_in_process() > 0
         if recover:
             self.recovering = True
-            self._enqueue(self._recovery_check(plc_state))
+            state = self._read_plc(plc_state)
+            # Only pieces in process need the PLC's word: otherwise check at once.
+            if state is not None or plc_wait <= 0 or not in_process:
+                self._enqueue(self._recovery_check(state))
+            else:
+                eventlet.spawn(self._recover_when_plc_answers, plc_state, plc_wait)
         for row in backlog:  # persisted before a crash or restart: they still run
             self._enqueue(m.EventLoopMessage(row.id, row.type, row.payload, row.correlation_id,
                                              row.actor, row.created_at))
@@ -122,13 +132,27 @@ class EventLoop:
             self._consumer = eventlet.spawn(self._run)
 
     @staticmethod
-    def _recovery_check(plc_state) -> m.EventLoopMessage:
+    def _read_plc(plc_state) -> dict | None:
+        """The PLC state if it could be read and the PLC is connected, else None."""
+        if plc_state is None:
+            return None
+        try:
+            state = plc_state()
+        except Exception as exc:  # the hardware service is not there (yet)
+            log.warning("recovery: the PLC state could not be read: %s", exc)
+            return None
+        return state if (state or {}).get("connected") else None
+
+    def _recover_when_plc_answers(self, plc_state, wait: float) -> None:
+        deadline = time.monotonic() + wait
         state = None
-        if plc_state is not None:
-            try:
-                state = plc_state()
-            except Exception as exc:  # the hardware service is not there (yet)
-                log.warning("recovery: the PLC state could not be read: %s", exc)
+        while state is None and time.monotonic() < deadline:
+            eventlet.sleep(1.0)
+            state = self._read_plc(plc_state)
+        self._enqueue(self._recovery_check(state))
+
+    @staticmethod
+    def _recovery_check(state: dict | None) -> m.EventLoopMessage:
         return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
 
     def stop(self) -> None:
@@ -192,7 +216,7 @@ class EventLoop:
         if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
             # Not checked (e.g. the database is away): check again, still holding scheduling.
             eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
-                                 m.new_message("RecoveryCheck", msg.payload, actor="recovery"))
+                                 self._recovery_check(msg.payload.get("plcState")))
         for pending in self._pending.pop(msg.id, []):
             pending.done.send(outcome)
         return outcome

@@ -292,3 +292,21 @@ def test_recovery_runs_before_the_backlog(engine, layout, harness):
         assert loop.handle_next(block=False).result["status"] == "CREATED"
     finally:
         loop.stop()
+
+
+def test_recovery_waits_for_a_plc_that_answers_a_little_later(engine, layout, harness):
+    """The hardware service starts with the line_controller: with pieces in process
+    the check asks again rather than calling the PLC unreachable at once."""
+    from tests.support.waiting import wait_for
+    oid, jobs = harness.started_order(quantity=1)
+    harness.on_equipment(jobs[0], "MC1", 1, 1)  # processing
+    answers = iter([None, None, plc(running=["MC1"])])
+    loop = EventLoop(engine, layout)
+    loop.start(consume=False, recover=True, plc_state=lambda: next(answers), plc_wait=20)
+    try:
+        assert loop.recovering and loop.inbox.qsize() == 0
+        wait_for(lambda: loop.inbox.qsize() == 1, 20, 0.05, "the recovery check")
+        out = loop.handle_next(block=False)
+        assert out.result["inconsistencies"] == 0 and not loop.recovering
+    finally:
+        loop.stop()
