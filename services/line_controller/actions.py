@@ -10,17 +10,8 @@ from __future__ import annotations
 from shared import events as ev
 
 from .dbstate import KEEP, ConditionFailed, DBState
-from .scheduling import (
-    Action,
-    HardwareRequest,
-    Load,
-    Mark,
-    Refill,
-    Scan,
-    StartMachine,
-    Swap,
-    Unload,
-)
+from .scheduler import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
+from .scheduling import HardwareRequest
 
 ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
 TOOL_FAILED = ev.TOOL_ACTION_FAILED
@@ -33,19 +24,21 @@ def _before(job) -> dict:
 
 
 class ActionExecutor:
-    """Turns a scheduler's :class:`Action` into transitions and a hardware request."""
+    """Turns a chosen scheduler :class:`Action` into conditional transitions,
+    tasks (``task.kind = action.task_kind``) and the hardware requests to send
+    after the commit. The contract: ``docs/scheduler.md``."""
 
     def __init__(self, action_timeout_seconds: float = 120.0):
         self.timeout = action_timeout_seconds
 
     def _task(self, db: DBState, kind: str, jobs: list, *, equipment_id=None, slot_no=None,
-              extra: dict | None = None):
+              extra: dict | None = None, timeout: float | None = None):
         params = {"jobIds": [j.id for j in jobs], "before": {str(j.id): _before(j) for j in jobs},
                   **(extra or {})}
         task = db.create_task(kind, job_id=jobs[0].id if jobs else None,
                               work_order_id=jobs[0].work_order_id if jobs else None,
                               equipment_id=equipment_id, slot_no=slot_no, params=params,
-                              timeout_seconds=self.timeout)
+                              timeout_seconds=timeout or self.timeout)
         return db.start_task(task.id)
 
     def _job(self, db: DBState, job_id: int):
@@ -54,60 +47,71 @@ class ActionExecutor:
             raise ConditionFailed(f"job {job_id} does not exist")
         return job
 
-    def apply(self, db: DBState, action: Action) -> HardwareRequest:
+    def apply(self, db: DBState, action: Action) -> list[HardwareRequest]:
         if isinstance(action, Refill):
-            job = self._job(db, action.job_id)
-            if action.slot_no in db.buffer_occupancy():
-                raise ConditionFailed(f"buffer slot {action.slot_no} is occupied")
-            task = self._task(db, ev.DOCK_TO_BUFFER, [job], extra={"bufferSlot": action.slot_no})
-            db.claim_job_for_action(job.id, "PENDING", "MOVING", "ON_ROBOT", None,
-                                    temp_slot_no=action.slot_no)
-            return HardwareRequest("dock_to_buffer", task.id, ROBOT_FAILED,
-                                   {"slot_no": action.slot_no, "job_id": job.id})
+            taken = db.buffer_occupancy()
+            requests = []
+            # The robot runs them one after another: each deadline allows for those before it.
+            for i, a in enumerate(action.assignments):
+                job = self._job(db, a.job_id)
+                if a.buffer_slot in taken:
+                    raise ConditionFailed(f"buffer slot {a.buffer_slot} is occupied")
+                task = self._task(db, ev.DOCK_TO_BUFFER, [job], extra={"bufferSlot": a.buffer_slot},
+                                  timeout=self.timeout * (i + 1))
+                db.claim_job_for_action(job.id, "PENDING", "MOVING", "ON_ROBOT", None,
+                                        temp_slot_no=a.buffer_slot)
+                taken[a.buffer_slot] = job.id
+                requests.append(HardwareRequest("dock_to_buffer", task.id, ROBOT_FAILED,
+                                                {"slot_no": a.buffer_slot, "job_id": job.id}))
+            return requests
         if isinstance(action, Load):
             job = self._job(db, action.job_id)
             task = self._task(db, ev.BUFFER_TO_EQUIPMENT, [job], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             db.claim_job_for_action(job.id, "QUEUED", "MOVING", "ON_ROBOT", None)
-            return HardwareRequest("buffer_to_equipment", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("buffer_to_equipment", task.id, ROBOT_FAILED, {
                 "slot_no": job.temp_slot_no, "equipment_id": action.equipment_id,
-                "equipment_slot": action.slot_no, "job_id": job.id})
+                "equipment_slot": action.slot_no, "job_id": job.id})]
         if isinstance(action, Unload):
             job = self._job(db, action.job_id)
             task = self._task(db, ev.EQUIPMENT_TO_BUFFER, [job], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             # The slot keeps the piece until the robot reports it back on the buffer.
             db.claim_job_for_action(job.id, "WAITING_UNLOAD", "MOVING")
-            return HardwareRequest("equipment_to_buffer", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("equipment_to_buffer", task.id, ROBOT_FAILED, {
                 "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
-                "slot_no": job.temp_slot_no, "job_id": job.id})
+                "slot_no": job.temp_slot_no, "job_id": job.id})]
         if isinstance(action, Swap):
-            out, into = self._job(db, action.unload_job_id), self._job(db, action.load_job_id)
+            out, into = self._job(db, action.unload.job_id), self._job(db, action.load.job_id)
             task = self._task(db, ev.SWAP, [out, into], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             db.claim_job_for_action(out.id, "WAITING_UNLOAD", "MOVING")
             db.claim_job_for_action(into.id, "QUEUED", "MOVING", "ON_ROBOT", None)
-            return HardwareRequest("swap", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("swap", task.id, ROBOT_FAILED, {
                 "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
                 "unload_to_slot": out.temp_slot_no, "load_from_slot": into.temp_slot_no,
-                "unload_job_id": out.id, "load_job_id": into.id})
+                "unload_job_id": out.id, "load_job_id": into.id})]
         if isinstance(action, Scan | Mark):
             job = self._job(db, action.job_id)
-            kind = ev.SCAN if isinstance(action, Scan) else ev.MARK
-            text = getattr(action, "text", None) or f"{job.work_order_id}-{job.seq_no}"
+            kind = action.task_kind
+            text = f"{job.work_order_id}-{job.seq_no}"
             task = self._task(db, kind, [job], extra={"text": text} if kind == ev.MARK else None)
             db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
             kwargs = {"slot_no": job.temp_slot_no, "job_id": job.id}
             if kind == ev.MARK:
                 kwargs["text"] = text
-            return HardwareRequest(kind.lower(), task.id, TOOL_FAILED, kwargs)
+            return [HardwareRequest(kind.lower(), task.id, TOOL_FAILED, kwargs)]
         if isinstance(action, StartMachine):
-            slots = [s for s in db.slots(action.equipment_id) if s.status == "OCCUPIED"]
-            task = self._task(db, ev.START_MACHINE, [], equipment_id=action.equipment_id,
-                              extra={"jobs": {str(s.slot_no): s.current_job_id for s in slots}})
-            return HardwareRequest("start_machine", task.id, START_FAILED, {
-                "equipment_id": action.equipment_id,
-                "jobs": {str(s.slot_no): s.current_job_id for s in slots}})
+            jobs = [self._job(db, job_id) for _, job_id in action.jobs]
+            slot_jobs = {str(slot_no): job_id for slot_no, job_id in action.jobs}
+            task = self._task(db, ev.START_MACHINE, jobs, equipment_id=action.equipment_id,
+                              extra={"jobs": slot_jobs})
+            # Loaded → cycle requested: the jobs are PROCESSING from now on, so a
+            # MachineDone that overtakes the start's own result still finds them.
+            for job in jobs:
+                db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
+            return [HardwareRequest("start_machine", task.id, START_FAILED, {
+                "equipment_id": action.equipment_id, "jobs": slot_jobs})]
         raise TypeError(f"not an action: {action!r}")
 
 
@@ -148,12 +152,12 @@ def apply_task_success(db: DBState, task, data: dict) -> None:
     if kind == ev.DOCK_TO_BUFFER:
         db.move_job_to_buffer(job_ids[0], params["bufferSlot"], "QUEUED")
     elif kind == ev.BUFFER_TO_EQUIPMENT:
-        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no)
+        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
     elif kind == ev.EQUIPMENT_TO_BUFFER:
         advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
         moved = db.move_job_to_buffer(job_ids[0])
-        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no)
+        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
         advance_after_step(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
@@ -161,7 +165,12 @@ def apply_task_success(db: DBState, task, data: dict) -> None:
         job = db.patch_job_context(job_ids[0], patch)
         advance_after_step(db, job)
     elif kind == ev.START_MACHINE:
-        db.set_equipment_status(task.equipment_id, "RUNNING")
+        # Running unless its MachineDone overtook this result (no piece of it still processing).
+        equipment = db.equipment(task.equipment_id)
+        still = [j for j in (db.job(i) for i in job_ids)
+                 if j.status == "PROCESSING" or j.held_status == "PROCESSING"]
+        if still and equipment.status == "IDLE":
+            db.set_equipment_status(task.equipment_id, "RUNNING")
 
 
 def apply_task_failure(db: DBState, task, error_code: str) -> None:
@@ -176,8 +185,10 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
     if task.kind == ev.START_MACHINE:
         db.set_equipment_status(task.equipment_id, "FAULT")
         for job_id in (params.get("jobs") or {}).values():
-            if job_id is not None:
-                hold_job(db, job_id, "SUSPENDED")
+            job = db.job(job_id)
+            if job is not None and job.status not in ("PAUSED", "SUSPENDED"):
+                # loaded but not started: RETRY brings them back to QUEUED and they start again
+                db.set_job_status(job_id, (job.status,), "SUSPENDED", held_status="QUEUED")
         db.create_manual_action(
             "EQUIPMENT_FAULT", f"{task.equipment_id} did not start: {error_code}",
             ["RETRY", "SCRAP"], equipment_id=task.equipment_id, alarm_id=alarm.id,

@@ -1,6 +1,6 @@
 """Operator commands: order and job control, alarms, recovery, audit."""
 
-from services.line_controller.scheduling import Load, Refill
+from tests.line_controller.scripted import Load, Refill
 
 
 def test_create_and_start_an_order(harness):

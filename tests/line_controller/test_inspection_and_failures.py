@@ -2,7 +2,7 @@
 
 from sqlalchemy import text
 
-from services.line_controller.scheduling import Load, Scan, StartMachine, Unload
+from tests.line_controller.scripted import Load, Scan, StartMachine, Unload
 
 
 def _to_inspection(h, job_id, buffer_slot=1):
@@ -12,6 +12,7 @@ def _to_inspection(h, job_id, buffer_slot=1):
     h.succeed(h.act(Unload(job_id, "MC1", 1)))
     assert (h.job(job_id).status, h.job(job_id).step_index) == ("QUEUED", 1)
     h.succeed(h.act(Load(job_id, "INSP1", 1)))
+    h.start("INSP1")
 
 
 def test_a_pass_goes_on_and_completes_the_last_step(harness):
@@ -119,17 +120,19 @@ def test_an_overdue_task_times_out_through_a_message(harness):
 
 def test_a_machine_that_fails_to_start_is_faulted(harness):
     oid, (j,) = harness.started_order(quantity=1)
-    harness.on_equipment(j, "MC1", 1, 1)
+    harness.on_equipment(j, "MC1", 1, 1, start=False)
+    assert harness.job(j).status == "QUEUED"  # loaded, cycle not started
     req = harness.act(StartMachine("MC1"))
     assert req.kwargs["jobs"] == {"1": j}
+    assert harness.job(j).status == "PROCESSING"
     harness.fail(req, "PLC_ERROR", type_="MachineStartFailed")
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "FAULT"
     job = harness.job(j)
-    assert (job.status, job.held_status) == ("SUSPENDED", "PROCESSING")
+    assert (job.status, job.held_status) == ("SUSPENDED", "QUEUED")  # loaded, not started
     (action,) = harness.manual_actions("EQUIPMENT_FAULT")
     harness.ok("ResolveManualAction", {"manualActionId": action.id, "resolution": "RETRY"})
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "IDLE"
-    assert harness.job(j).status == "PROCESSING"
+    assert harness.job(j).status == "QUEUED"
     harness.succeed(harness.act(StartMachine("MC1")), type_="MachineStartSucceeded")
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "RUNNING"
     harness.ok("MachineDone", {"machineId": "MC1", "slotNo": 1})
