@@ -14,6 +14,7 @@ from .scheduler import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unl
 from .scheduling import HardwareRequest
 
 ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
+OUT_TIMEOUT_SECONDS = 150.0
 TOOL_FAILED = ev.TOOL_ACTION_FAILED
 START_FAILED = ev.MACHINE_START_FAILED
 
@@ -118,34 +119,51 @@ class ActionExecutor:
 # -- what a finished step does ----------------------------------------------------------
 
 
-def advance_after_step(db: DBState, job) -> None:
-    """The job's current step is done: next step, or COMPLETED/SCRAPPED, or an
-    operator's decision for an inspection without a verdict."""
+def take_out(db: DBState, job, terminal: str) -> list[HardwareRequest]:
+    """Finish a job whose piece sits on its buffer slot: COMPLETED / SCRAPPED
+    (the slot is free in the DB at once, seed 暂存台) and a ``BUFFER_TO_DOCK``
+    task that takes the piece out of the cell. That task is a robot task, so
+    no other robot action (a refill into that slot) is chosen before it ends.
+    Its params carry no ``jobIds``: the job is terminal, its result is not stale."""
+    slot = job.temp_slot_no
+    db.finish_job(job.id, terminal)
+    if slot is None or job.position_type != "ON_BUFFER":
+        return []
+    task = db.create_task(ev.BUFFER_TO_DOCK, job_id=job.id, work_order_id=job.work_order_id,
+                          params={"bufferSlot": slot, "finished": terminal},
+                          timeout_seconds=OUT_TIMEOUT_SECONDS)
+    db.start_task(task.id)
+    return [HardwareRequest("buffer_to_dock", task.id, ROBOT_FAILED, {"slot_no": slot, "job_id": job.id})]
+
+
+def advance_after_step(db: DBState, job) -> list[HardwareRequest]:
+    """The job's current step is done: next step, or COMPLETED/SCRAPPED (the
+    piece is then taken out: the requests to send), or an operator's decision
+    for an inspection without a verdict."""
     route = db.route(job.work_order_id)
     step = route[job.step_index] if job.step_index < len(route) else {"op": "?"}
     if step["op"] == "inspect":
         disposition = (job.context or {}).get("disposition")
         if disposition == "SCRAP":
-            db.finish_job(job.id, "SCRAPPED")
-            return
+            return take_out(db, job, "SCRAPPED")
         if disposition == "REWORK":
             back = max(0, job.step_index - 1)
             db.complete_step(job.id, job.step_index, back, {"disposition": None})
-            return
+            return []
         if disposition != "PASS":
             # No verdict yet: hold the piece until INSPECTION_DECISION is resolved.
             db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status="QUEUED")
-            return
+            return []
     nxt = job.step_index + 1
     if nxt >= len(route):
-        db.complete_step(job.id, job.step_index, nxt)
-        db.finish_job(job.id, "COMPLETED")
-    else:
-        db.complete_step(job.id, job.step_index, nxt, {"disposition": None} if step["op"] == "inspect" else None)
+        return take_out(db, db.complete_step(job.id, job.step_index, nxt), "COMPLETED")
+    db.complete_step(job.id, job.step_index, nxt, {"disposition": None} if step["op"] == "inspect" else None)
+    return []
 
 
-def apply_task_success(db: DBState, task, data: dict) -> None:
-    """``task`` has just been concluded SUCCEEDED; move its jobs on."""
+def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
+    """``task`` has just been concluded SUCCEEDED; move its jobs on. Returns
+    the hardware requests this causes (a finished piece taken out)."""
     params = task.params or {}
     job_ids = params.get("jobIds", [])
     kind = task.kind
@@ -154,16 +172,16 @@ def apply_task_success(db: DBState, task, data: dict) -> None:
     elif kind == ev.BUFFER_TO_EQUIPMENT:
         db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
     elif kind == ev.EQUIPMENT_TO_BUFFER:
-        advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
+        return advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
         moved = db.move_job_to_buffer(job_ids[0])
         db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
-        advance_after_step(db, moved)
+        return advance_after_step(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
                  else {"markedText": params.get("text")})
         job = db.patch_job_context(job_ids[0], patch)
-        advance_after_step(db, job)
+        return advance_after_step(db, job)
     elif kind == ev.START_MACHINE:
         # Running unless its MachineDone overtook this result (no piece of it still processing).
         equipment = db.equipment(task.equipment_id)
@@ -171,6 +189,7 @@ def apply_task_success(db: DBState, task, data: dict) -> None:
                  if j.status == "PROCESSING" or j.held_status == "PROCESSING"]
         if still and equipment.status == "IDLE":
             db.set_equipment_status(task.equipment_id, "RUNNING")
+    return []
 
 
 def apply_task_failure(db: DBState, task, error_code: str) -> None:
@@ -182,6 +201,13 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
                            job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
+    if task.kind == ev.BUFFER_TO_DOCK:
+        db.create_manual_action(
+            "REMOVE_FINISHED_PIECE",
+            f"Take the finished piece of job {task.job_id} off buffer slot {params.get('bufferSlot')} "
+            f"({error_code}): the slot is free for the next piece.",
+            ["DONE"], job_id=task.job_id, alarm_id=alarm.id, context={"taskId": task.id})
+        return
     if task.kind == ev.START_MACHINE:
         db.set_equipment_status(task.equipment_id, "FAULT")
         for job_id in (params.get("jobs") or {}).values():

@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from services.line_controller.dbstate import DBState
 from services.line_controller.dependencies import ProductionLoop
-from tests.line_controller.scripted import Refill
 from services.line_controller.service import LineControllerService
 from shared import events as ev
 from tests.line_controller.conftest import ScriptedScheduler
+from tests.line_controller.scripted import Refill
 from tests.support.waiting import wait_for
 
 

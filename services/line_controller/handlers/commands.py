@@ -153,7 +153,7 @@ def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
         raise Rejected("VALIDATION_ERROR",
                        f"resolution: must be one of {', '.join(action.choices or [])}")
     resolved = db.resolve_manual_action(action.id, cmd.resolution, ctx.actor, cmd.note)
-    _apply_resolution(db, action, cmd.resolution)
+    ctx.requests.extend(_apply_resolution(db, action, cmd.resolution) or [])
     if action.alarm_id is not None and not any(
             a.alarm_id == action.alarm_id for a in db.open_manual_actions()):
         alarm = db.alarm(action.alarm_id)
@@ -162,7 +162,8 @@ def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
     return serialize.manual_action(resolved)
 
 
-def _apply_resolution(db, action, resolution):
+def _apply_resolution(db, action, resolution) -> list:
+    """Apply an operator's choice; returns hardware requests it causes."""
     context = action.context or {}
     if action.kind == "ACTION_FAILED" and action.job_id is not None:
         job = db.job(action.job_id)
@@ -194,11 +195,12 @@ def _apply_resolution(db, action, resolution):
         if job.status == "SUSPENDED" and job.position_type == "ON_BUFFER":
             # Already back on the buffer, waiting for this decision.
             job = db.set_job_status(job.id, ("SUSPENDED",), "QUEUED", held_status=None)
-            advance_after_step(db, job)
+            return advance_after_step(db, job)
     elif action.kind == "SIGNAL_MISMATCH" and resolution == "MARK_DONE":
         slot = db.slot(action.equipment_id, context["slotNo"])
         if slot is not None and slot.status == "OCCUPIED":
             mark_slot_done(db, slot)
+    return []
 
 
 def _scrap(db, job):
