@@ -226,7 +226,9 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
             restore_job(db, job_id, before, status="SUSPENDED", held_status=before["status"])
         else:
             job = db.job(job_id)
-            db.set_job_status(job_id, (job.status,), "ERROR", held_status=None, error_code=error_code)
+            # A step past its deadline is suspended for the operator; a reported failure is an ERROR.
+            status = "SUSPENDED" if error_code == "ACTION_TIMEOUT" else "ERROR"
+            db.set_job_status(job_id, (job.status,), status, held_status=None, error_code=error_code)
         db.create_manual_action(
             "ACTION_FAILED",
             f"{task.kind} of job {job_id} failed ({error_code}). RETRY once the piece is back "

@@ -114,7 +114,12 @@ def test_an_overdue_task_times_out_through_a_message(harness):
     assert harness.row("SELECT type FROM loop_message WHERE id = :id",
                        id=f"timeout-{req.task_id}").type == "StepTimeout"
     assert harness.row("SELECT error_code FROM task WHERE id = :id", id=req.task_id).error_code == "ACTION_TIMEOUT"
-    assert harness.job(j).status == "ERROR"
+    job = harness.job(j)
+    assert (job.status, job.error_code) == ("SUSPENDED", "ACTION_TIMEOUT")
+    (alarm,) = harness.alarms("ACTION_FAILED")
+    (action,) = harness.manual_actions("ACTION_FAILED")
+    assert (action.job_id, action.alarm_id, action.choices) == (j, alarm.id, ["RETRY", "SCRAP"])
+    assert harness.send("ResumeJob", {"jobId": j}).error["code"] == "INVALID_TRANSITION"  # the action first
     assert harness.succeed(req).status == "STALE"  # the robot answers after all: ignored
 
 
