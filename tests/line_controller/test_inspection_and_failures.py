@@ -26,6 +26,13 @@ def test_a_pass_goes_on_and_completes_the_last_step(harness):
     job, order = harness.job(j), harness.order(oid)
     assert (job.status, job.position_type, job.temp_slot_no) == ("COMPLETED", "OUT", None)
     assert (order.status, order.completed_qty, order.scrapped_qty) == ("COMPLETED", 1, 0)
+    # The finished piece leaves the cell: a robot task, answered like any other.
+    out = harness.hardware.requests[-1]
+    assert (out.rpc, out.kwargs) == ("buffer_to_dock", {"slot_no": 1, "job_id": j})
+    task = harness.row("SELECT * FROM task WHERE id = :id", id=out.task_id)
+    assert (task.kind, task.status, task.job_id) == ("BUFFER_TO_DOCK", "RUNNING", j)
+    assert harness.succeed(out).status == "HANDLED"
+    assert harness.row("SELECT status FROM task WHERE id = :id", id=out.task_id).status == "SUCCEEDED"
 
 
 def test_a_fail_scraps_the_piece_once_it_is_off_the_station(harness):
