@@ -254,5 +254,9 @@ def hold_job(db: DBState, job_id: int, status: str):
 
 def mark_slot_done(db: DBState, slot) -> None:
     """A machine finished the piece in ``slot``: slot DONE, job WAITING_UNLOAD
-    (or, for a held job, WAITING_UNLOAD is what it returns to)."""
+    (or, for a held job, WAITING_UNLOAD is what it returns to). A cancelled
+    piece's slot stays as it is until an operator has taken it out."""
+    job = db.job(slot.current_job_id)
+    if job is not None and job.status == "CANCELLED":
+        return
     db.slot_done(slot.equipment_id, slot.slot_no, slot.current_job_id)

@@ -100,6 +100,13 @@ def test_random_commands_keep_the_invariants(engine, plan):
         if _scalar(engine, "SELECT status FROM job WHERE id = :j", j=job_id) == "SUSPENDED":
             assert loop.handle(new_message("ResumeJob", {"jobId": job_id}, actor="op")).status == "HANDLED"
     _drain(loop, 2000)
+    with engine.connect() as c:  # the operator takes cancelled pieces off the machines
+        removals = [r.id for r in c.execute(text(
+            "SELECT id FROM manual_action WHERE kind = 'REMOVE_CANCELLED_PIECES' AND status = 'OPEN'"))]
+    for action_id in removals:
+        assert loop.handle(new_message("ResolveManualAction", {"manualActionId": action_id, "resolution": "DONE"},
+                                       actor="op")).status == "HANDLED"
+    _drain(loop, 100)
     loop.stop()
 
     status = _scalar(engine, "SELECT status FROM work_order WHERE id = :o", o=order["id"])
