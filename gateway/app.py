@@ -7,15 +7,21 @@ Blueprints, one per area, live in ``gateway/api/``.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
-from flask import Flask, request
+from flask import Flask, request, send_from_directory
 from flask_smorest import Api
 from sqlalchemy.orm import sessionmaker
 
-from gateway import errors
+from gateway import errors, metrics, schemas
 from shared.config import Settings, nameko_config
 from shared.db.engine import make_engine, make_sessionmaker
+from shared.layout import load_layout
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATUS_RPC_TIMEOUT = 2.0  # /readyz and /metrics must answer fast when the loop is down
 
 MAX_BODY_BYTES = 1024 * 1024  # the contract's 1 MiB; 413 beyond
 
@@ -26,6 +32,10 @@ class GatewayContext:
     db: sessionmaker
     rpc: object  # gateway.rpc.RpcPool, created lazily by rpc_pool()
     layout: object = None
+    metrics: metrics.GatewayMetrics = None
+    status_rpc: object = None  # a small pool with a short timeout, for status()
+    relay: object = None  # gateway.relay.EventRelay, started by event_relay()
+    _lock: threading.Lock = None
 
     def rpc_pool(self):
         if self.rpc is None:
@@ -33,6 +43,42 @@ class GatewayContext:
 
             self.rpc = RpcPool(nameko_config(self.settings), timeout=self.settings.command_wait_seconds + 5)
         return self.rpc
+
+    def status_pool(self):
+        if self.status_rpc is None:
+            from gateway.rpc import RpcPool
+
+            self.status_rpc = RpcPool(nameko_config(self.settings), size=2, timeout=STATUS_RPC_TIMEOUT)
+        return self.status_rpc
+
+    def line_layout(self):
+        if self.layout is None:
+            self.layout = load_layout(self.settings.line_file)
+        return self.layout
+
+    def event_relay(self):
+        """The process's ``line_events`` consumer, started on first use."""
+        from gateway.relay import EventRelay
+
+        with self._lock:
+            if self.relay is None:
+                self.relay = EventRelay(nameko_config(self.settings)["AMQP_URI"])
+        if not self.relay.start():
+            raise errors.ApiError(503, "UNAVAILABLE", "the live event feed is not connected yet")
+        return self.relay
+
+    def close(self) -> None:
+        for part in (self.relay,):
+            if part is not None:
+                part.stop()
+        for pool in (self.rpc, self.status_rpc):
+            if pool is not None:
+                pool.close()
+
+
+class GatewayApi(Api):
+    # Documented error responses carry the gateway's envelope, not flask-smorest's.
+    ERROR_SCHEMA = schemas.ErrorSchema
 
 
 def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
@@ -49,11 +95,16 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     engine = make_engine(settings.database_url, read_only=True)
-    app.extensions["linectl"] = GatewayContext(
-        settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool
-    )
-    api = Api(app)
+    ctx = GatewayContext(settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool,
+                         metrics=metrics.create(), _lock=threading.Lock())
+    app.extensions["linectl"] = ctx
+    api = GatewayApi(app, spec_kwargs={"components": {"securitySchemes": {
+        "bearerAuth": {"type": "http", "scheme": "bearer"}}}, "security": [{"bearerAuth": []}]})
     errors.register(app, api)
+
+    from gateway.api.health import line_controller_status
+
+    metrics.install(app, ctx.metrics, lambda: line_controller_status()[0])
 
     @app.before_request
     def _limit_body():
@@ -64,4 +115,13 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
     from gateway.api import register_blueprints
 
     register_blueprints(api)
+
+    from gateway import ws
+
+    ws.init_app(app)
+
+    @app.get("/")
+    def operator_page():
+        return send_from_directory(STATIC_DIR, "index.html")
+
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from flask import jsonify
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,11 @@ def handle_api_error(error: ApiError):
     return error_response(error.status, error.code, error.message, error.headers)
 
 
+def handle_database_down(error: OperationalError):
+    log.warning("database unavailable: %s", type(error.orig).__name__ if error.orig else error)
+    return error_response(503, "UNAVAILABLE", "the database is unreachable; try again shortly")
+
+
 def handle_unexpected(error: Exception):
     log.exception("unhandled error")
     return error_response(500, "INTERNAL", "internal error; see the gateway log")
@@ -95,6 +101,7 @@ def handle_unexpected(error: Exception):
 def register(app, api=None) -> None:
     app.register_error_handler(ApiError, handle_api_error)
     app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(OperationalError, handle_database_down)
     app.register_error_handler(Exception, handle_unexpected)
     if api is not None:
         # flask-smorest registers its own HTTPException handler; ours wins.

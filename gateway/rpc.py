@@ -4,6 +4,10 @@ One ``ClusterRpcProxy`` shared by threads deadlocks or mixes up replies, and a
 client per call costs a connection and a reply queue each time; so each thread
 borrows a started client from a pool and gives it back. A client whose call
 failed on the transport is dropped, not reused.
+
+Requests carry a broker expiration equal to the RPC timeout: a command the
+gateway already answered 503 for (the line_controller was down) is dropped by
+the broker instead of running when the service comes back.
 """
 
 from __future__ import annotations
@@ -14,11 +18,33 @@ import threading
 from contextlib import contextmanager
 
 from nameko.exceptions import RpcTimeout, UnknownService
-from nameko.standalone.rpc import ClusterRpcProxy
+from nameko.rpc import ServiceProxy
+from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxyBase
 
 from gateway.errors import ApiError
 
 log = logging.getLogger(__name__)
+
+
+class _ExpiringClusterProxy(ClusterProxy):
+    def __init__(self, worker_ctx, reply_listener, expiration: float):
+        super().__init__(worker_ctx, reply_listener)
+        self._expiration = expiration
+
+    def __getattr__(self, name):
+        if name not in self._proxies:
+            # Extra ServiceProxy options reach nameko's Publisher (kombu's ``expiration``).
+            self._proxies[name] = ServiceProxy(self._worker_ctx, name, self._reply_listener,
+                                               expiration=self._expiration)
+        return self._proxies[name]
+
+
+class ExpiringClusterRpcProxy(ClusterRpcProxy):
+    """nameko 2.14's ClusterRpcProxy whose requests expire after ``timeout`` seconds."""
+
+    def __init__(self, config: dict, timeout: float):
+        StandaloneProxyBase.__init__(self, config, timeout=timeout)
+        self._proxy = _ExpiringClusterProxy(self._worker_ctx, self._reply_listener, timeout)
 
 
 class RpcPool:
@@ -31,7 +57,7 @@ class RpcPool:
         self._lock = threading.Lock()
 
     def _new(self):
-        proxy = ClusterRpcProxy(self.config, timeout=self.timeout)
+        proxy = ExpiringClusterRpcProxy(self.config, timeout=self.timeout)
         cluster = proxy.start()
         with self._lock:
             self._all.append(proxy)

@@ -1,0 +1,83 @@
+"""``python -m gateway --name gateway``: serve the gateway with gunicorn
+(``gthread`` worker, as a library) on ``LINECTL_HTTP_HOST:LINECTL_HTTP_PORT``.
+
+This process does NOT monkey-patch eventlet. gthread serves each request and
+each websocket on a real OS thread; under monkey-patching those threads would
+become green threads on one OS thread, where any call eventlet does not
+cooperate with (psycopg2 without a wait callback, a blocking send to a slow
+websocket) would stall every request at once. Nothing here needs green
+threads: nameko's standalone ``ClusterRpcProxy`` (the RPC pool) and the kombu
+consumer of ``gateway.relay`` are plain blocking-socket code, correct on real
+threads. nameko (and with it eventlet) is imported here at module level, in
+the main thread before any worker thread exists, never lazily in a thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+
+import nameko.standalone.events  # noqa: E402,F401 - see the module docstring
+import nameko.standalone.rpc  # noqa: E402,F401
+from gunicorn.app.base import BaseApplication  # noqa: E402
+
+from gateway.app import create_app  # noqa: E402
+from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
+
+DEFAULT_THREADS = 64  # every open websocket holds one thread
+
+
+class GatewayServer(BaseApplication):
+    def __init__(self, app, options: dict):
+        self.application = app
+        self.options = options
+        super().__init__()
+
+    def load_config(self):
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        return self.application
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
+    parser.add_argument("--name", default="gateway", help="process name (shows in ps)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="worker threads: HTTP requests plus open websockets")
+    args = parser.parse_args(argv)
+    try:
+        settings = ensure_tokens(load_settings())
+        if not settings.database_url:
+            raise SettingsError("LINECTL_DATABASE_URL: the gateway needs the database URL")
+    except SettingsError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    options = {
+        "bind": f"{settings.http_host}:{settings.http_port}",
+        "workers": 1,  # the relay, RPC pool and DB pool live in this one process
+        "worker_class": "gthread",
+        "threads": args.threads,
+        "proc_name": args.name,
+        "control_socket_disable": True,
+        "graceful_timeout": 5,
+        "keepalive": 5,
+        "loglevel": settings.log_level.lower(),
+    }
+    try:
+        GatewayServer(app, options).run()
+    finally:
+        app.extensions["linectl"].close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

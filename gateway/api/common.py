@@ -1,0 +1,125 @@
+"""What every line-control blueprint shares: the read-only session, keyset
+pagination, id guards, and sending a command to the line_controller loop."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+
+from flask import current_app, g, jsonify
+from sqlalchemy import select
+
+from gateway import schemas
+from gateway.errors import ApiError
+from shared.events import LINE_CONTROLLER
+
+# Commands' error codes from the loop → HTTP status.
+_REJECTION_STATUS = {"INVALID_TRANSITION": 409, "NOT_FOUND": 404, "VALIDATION_ERROR": 400}
+
+# Error responses a command endpoint documents (schemathesis checks them).
+COMMAND_ERRORS = (400, 401, 403, 404, 409, 503)
+QUERY_ERRORS = (400, 401, 403)
+
+
+def context():
+    return current_app.extensions["linectl"]
+
+
+@contextmanager
+def read_session():
+    with context().db() as session:
+        yield session
+
+
+def document_errors(blp, *statuses):
+    """Document the error envelope for ``statuses`` on a view."""
+
+    def wrap(view):
+        for status in statuses:
+            view = blp.alt_response(status, schema=schemas.ErrorSchema, description="error")(view)
+        return view
+
+    return wrap
+
+
+def reply(data, status: int = 200):
+    """A JSON response built from ``shared.serialize`` output as is.
+
+    The views' marshmallow response schemas document these shapes (and the
+    schemathesis test holds the two together); dumping every object through
+    them again would only cost time."""
+    resp = jsonify(data)
+    resp.status_code = status
+    return resp
+
+
+def check_id(value: int, what: str) -> int:
+    if not 1 <= value <= schemas.MAX_ID:
+        raise ApiError(404, "NOT_FOUND", f"{what} {value} not found")
+    return value
+
+
+def get_or_404(model, key, what: str, serializer):
+    if isinstance(key, int):
+        check_id(key, what)
+    table = model.__table__
+    (pk,) = table.primary_key.columns
+    with read_session() as session:
+        row = session.execute(select(table).where(pk == key)).first()
+    if row is None:
+        raise ApiError(404, "NOT_FOUND", f"{what} {key} not found")
+    return reply(serializer(row))
+
+
+def parse_statuses(raw: str | None, allowed: tuple[str, ...]) -> list[str] | None:
+    """``?status=A,B`` → ["A", "B"], each one of ``allowed`` (400 otherwise)."""
+    if raw is None:
+        return None
+    values = [v.strip().upper() for v in raw.split(",") if v.strip()]
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ApiError(400, "VALIDATION_ERROR",
+                       f"status: must be one or more of {', '.join(allowed)} (comma-separated)")
+    return values
+
+
+def page(model, key_column, args: dict, serializer, *filters) -> dict:
+    """Keyset pagination in ascending key order: stable under inserts.
+
+    ``nextCursor`` is the last key of a full page (opaque to clients). Rows
+    are read with Core (no ORM identity map): serialize takes any row."""
+    limit = args["limit"]
+    stmt = select(model.__table__).where(*filters).order_by(key_column).limit(limit)
+    if args.get("cursor"):
+        cursor = int(args["cursor"])
+        if cursor > schemas.MAX_ID:
+            raise ApiError(400, "VALIDATION_ERROR", "cursor: not a cursor")
+        stmt = stmt.where(key_column > cursor)
+    with read_session() as session:
+        rows = session.execute(stmt).all()
+    items = [serializer(r) for r in rows]
+    next_cursor = str(getattr(rows[-1], key_column.key)) if len(rows) == limit else None
+    return reply({"items": items, "nextCursor": next_cursor})
+
+
+def run_command(command_type: str, payload: dict, *, ok_status: int = 200):
+    """Send a command to the loop and translate its outcome into HTTP.
+
+    HANDLED → ``result`` with ``ok_status``; QUEUED (the wait timed out) → 202
+    ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and message.
+    The line_controller unreachable → 503 (raised by the RPC pool)."""
+    ctx = context()
+    command_id = uuid.uuid4().hex
+    with ctx.rpc_pool().client() as rpc:
+        outcome = getattr(rpc, LINE_CONTROLLER).command(
+            command_type, payload, g.actor,
+            command_id=command_id, wait_seconds=ctx.settings.command_wait_seconds,
+        )
+    status = outcome.get("status")
+    if status == "HANDLED":
+        return reply(outcome.get("result") or {}, ok_status)
+    if status == "QUEUED":
+        return reply({"commandId": outcome.get("commandId") or command_id}, 202)
+    error = outcome.get("error") or {}
+    code = error.get("code") or "INVALID_TRANSITION"
+    raise ApiError(_REJECTION_STATUS.get(code, 409), code, error.get("message") or code)

@@ -1,0 +1,29 @@
+"""The event log over REST (``/api/events?after=``); ``/ws`` streams it live."""
+
+from __future__ import annotations
+
+from flask_smorest import Blueprint
+from sqlalchemy import select
+
+from gateway import schemas
+from gateway.api.common import QUERY_ERRORS, document_errors, read_session, reply
+from gateway.auth import require
+from shared import serialize
+from shared.db.models import EventLog
+
+blp = Blueprint("events", __name__, description="the event log")
+
+
+@blp.route("/api/events", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.EventListArgsSchema, location="query")
+@blp.response(200, schemas.page_of(schemas.EventFrameSchema))
+@document_errors(blp, *QUERY_ERRORS)
+def list_events(args):
+    """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page."""
+    stmt = (select(EventLog.__table__).where(EventLog.seq > args["after"])
+            .order_by(EventLog.seq).limit(args["limit"]))
+    with read_session() as session:
+        items = [serialize.event_frame(r) for r in session.execute(stmt)]
+    next_cursor = str(items[-1]["seq"]) if len(items) == args["limit"] else None
+    return reply({"items": items, "nextCursor": next_cursor})

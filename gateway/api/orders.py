@@ -1,0 +1,81 @@
+"""Work orders: create / start / pause / resume / cancel (commands to the loop)
+and queries (read-only DB)."""
+
+from __future__ import annotations
+
+from flask_smorest import Blueprint
+
+from gateway import schemas
+from gateway.api.common import (
+    COMMAND_ERRORS,
+    QUERY_ERRORS,
+    check_id,
+    context,
+    document_errors,
+    get_or_404,
+    page,
+    parse_statuses,
+    run_command,
+)
+from gateway.auth import require
+from gateway.errors import ApiError
+from shared import serialize
+from shared.db.models import WORK_ORDER_STATUSES, WorkOrder
+
+blp = Blueprint("orders", __name__, description="work orders")
+
+ORDER_COMMANDS = {"start": "StartOrder", "pause": "PauseOrder", "resume": "ResumeOrder",
+                  "cancel": "CancelOrder"}
+
+
+@blp.route("/api/work-orders", methods=["POST"])
+@require("operator")
+@blp.arguments(schemas.CreateOrderSchema)
+@blp.response(201, schemas.WorkOrderSchema)
+@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
+@document_errors(blp, *COMMAND_ERRORS)
+def create_order(body):
+    layout = context().line_layout()
+    if body["productId"] not in {p.id for p in layout.products}:
+        raise ApiError(400, "VALIDATION_ERROR", f"productId: unknown product {body['productId']!r}")
+    return run_command("CreateOrder", body, ok_status=201)
+
+
+@blp.route("/api/work-orders", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.OrderListArgsSchema, location="query")
+@blp.response(200, schemas.page_of(schemas.WorkOrderSchema))
+@document_errors(blp, *QUERY_ERRORS)
+def list_orders(args):
+    filters = []
+    statuses = parse_statuses(args.get("status"), WORK_ORDER_STATUSES)
+    if statuses:
+        filters.append(WorkOrder.status.in_(statuses))
+    return page(WorkOrder, WorkOrder.id, args, serialize.work_order, *filters)
+
+
+@blp.route("/api/work-orders/<int:order_id>", methods=["GET"])
+@require("operator")
+@blp.response(200, schemas.WorkOrderSchema)
+@document_errors(blp, 401, 403, 404)
+def get_order(order_id):
+    return get_or_404(WorkOrder, order_id, "work order", serialize.work_order)
+
+
+def _order_command(action: str):
+    @require("operator")
+    @blp.arguments(schemas.NoteSchema, required=False)
+    @blp.response(200, schemas.WorkOrderSchema)
+    @blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
+    @document_errors(blp, *COMMAND_ERRORS)
+    def view(body, order_id):
+        payload = {"workOrderId": check_id(order_id, "work order"), **(body or {})}
+        return run_command(ORDER_COMMANDS[action], payload)
+
+    view.__name__ = f"{action}_order"
+    view.__doc__ = f"{ORDER_COMMANDS[action]}: {action} a work order."
+    blp.route(f"/api/work-orders/<int:order_id>/{action}", methods=["POST"])(view)
+
+
+for _action in ORDER_COMMANDS:
+    _order_command(_action)

@@ -1,0 +1,257 @@
+"""marshmallow schemas: request validation and the response shapes of the
+OpenAPI document. Response schemas mirror ``shared.serialize`` field for field
+(the loop's command results and event payloads use the same functions), so a
+dumped object is exactly what serialize produced."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+MAX_ID = 2**63 - 1  # PostgreSQL bigint
+MAX_STRING = 200
+
+_id = dict(strict=True, validate=validate.Range(min=1, max=MAX_ID))
+
+
+def _text(**kw):
+    return fields.String(validate=validate.Length(max=MAX_STRING), **kw)
+
+
+def _nullable_str():
+    return fields.String(allow_none=True)
+
+
+def _nullable_int():
+    return fields.Integer(allow_none=True)
+
+
+def _time():
+    return fields.String(allow_none=True, metadata={"format": "date-time"})
+
+
+# -- errors -------------------------------------------------------------------
+
+
+class ErrorBodySchema(Schema):
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+
+
+class ErrorSchema(Schema):
+    error = fields.Nested(ErrorBodySchema, required=True)
+
+
+# -- requests -----------------------------------------------------------------
+
+
+class CreateOrderSchema(Schema):
+    productId = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    quantity = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=10000))
+    priority = fields.Integer(strict=True, validate=validate.Range(min=0, max=9))
+    code = fields.String(validate=validate.Length(min=1, max=MAX_STRING))
+
+
+class NoteSchema(Schema):
+    note = _text()
+
+
+class ReworkSchema(NoteSchema):
+    stepIndex = fields.Integer(strict=True, validate=validate.Range(min=0, max=1000))
+
+
+class ResolveSchema(NoteSchema):
+    resolution = fields.String(required=True, validate=validate.Length(min=1, max=64))
+
+
+class RecoveryConfirmSchema(Schema):
+    manualActionIds = fields.List(fields.Integer(**_id), validate=validate.Length(max=1000))
+
+
+class ListArgsSchema(Schema):
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
+    cursor = fields.String(validate=validate.Regexp(r"^[0-9]{1,19}$", error="not a cursor"))
+
+
+class StatusListArgsSchema(ListArgsSchema):
+    status = fields.String(validate=validate.Length(min=1, max=MAX_STRING))
+
+
+class OrderListArgsSchema(StatusListArgsSchema):
+    pass
+
+
+class JobListArgsSchema(StatusListArgsSchema):
+    workOrderId = fields.Integer(validate=validate.Range(min=1, max=MAX_ID))
+
+
+class EventListArgsSchema(Schema):
+    after = fields.Integer(load_default=0, validate=validate.Range(min=0, max=MAX_ID))
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
+
+
+# -- responses (shared.serialize shapes) ---------------------------------------
+
+
+class WorkOrderSchema(Schema):
+    id = fields.Integer()
+    code = fields.String()
+    productId = fields.String()
+    quantity = fields.Integer()
+    priority = fields.Integer()
+    status = fields.String()
+    completedQty = fields.Integer()
+    scrappedQty = fields.Integer()
+    version = fields.Integer()
+    createdAt = _time()
+    updatedAt = _time()
+    startedAt = _time()
+    finishedAt = _time()
+
+
+class JobSchema(Schema):
+    id = fields.Integer()
+    workOrderId = fields.Integer()
+    seqNo = fields.Integer()
+    status = fields.String()
+    heldStatus = _nullable_str()
+    positionType = fields.String()
+    positionRefId = _nullable_str()
+    tempSlotNo = _nullable_int()
+    stepIndex = fields.Integer()
+    context = fields.Dict()
+    version = fields.Integer()
+    errorCode = _nullable_str()
+    createdAt = _time()
+    updatedAt = _time()
+    finishedAt = _time()
+
+
+class TaskSchema(Schema):
+    id = fields.Integer()
+    kind = fields.String()
+    status = fields.String()
+    jobId = _nullable_int()
+    workOrderId = _nullable_int()
+    equipmentId = _nullable_str()
+    slotNo = _nullable_int()
+    params = fields.Dict()
+    errorCode = _nullable_str()
+    errorMessage = _nullable_str()
+    deadlineAt = _time()
+    createdAt = _time()
+    startedAt = _time()
+    finishedAt = _time()
+
+
+class AlarmSchema(Schema):
+    id = fields.Integer()
+    code = fields.String()
+    severity = fields.String()
+    status = fields.String()
+    message = fields.String()
+    equipmentId = _nullable_str()
+    jobId = _nullable_int()
+    taskId = _nullable_int()
+    raisedAt = _time()
+    acknowledgedAt = _time()
+    acknowledgedBy = _nullable_str()
+    clearedAt = _time()
+    clearedBy = _nullable_str()
+
+
+class ManualActionSchema(Schema):
+    id = fields.Integer()
+    kind = fields.String()
+    status = fields.String()
+    text = fields.String()
+    choices = fields.List(fields.String())
+    jobId = _nullable_int()
+    equipmentId = _nullable_str()
+    alarmId = _nullable_int()
+    context = fields.Dict()
+    resolution = _nullable_str()
+    note = _nullable_str()
+    resolvedBy = _nullable_str()
+    resolvedAt = _time()
+    createdAt = _time()
+
+
+class EventFrameSchema(Schema):
+    seq = fields.Integer()
+    txId = fields.Integer()
+    type = fields.String()
+    at = _time()
+    payload = fields.Dict()
+
+
+class CommandOutcomeSchema(Schema):
+    commandId = fields.String()
+    type = fields.String()
+    status = fields.String()
+    result = fields.Dict(allow_none=True)
+    createdAt = _time()
+    handledAt = _time()
+    error = fields.Nested(ErrorBodySchema)
+
+
+class AcceptedSchema(Schema):
+    commandId = fields.String(required=True)
+
+
+class ConfirmedSchema(Schema):
+    confirmed = fields.List(fields.Integer())
+
+
+class SlotStateSchema(Schema):
+    slotNo = fields.Integer()
+    status = fields.String()
+    currentJobId = _nullable_int()
+
+
+class EquipmentSchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    kind = fields.String()
+    batch = fields.Boolean()
+    status = fields.String()
+    slotCount = fields.Integer()
+    slots = fields.List(fields.Nested(SlotStateSchema))
+
+
+class BufferSlotSchema(Schema):
+    slotNo = fields.Integer()
+    jobId = _nullable_int()
+
+
+class BufferSchema(Schema):
+    slots = fields.List(fields.Nested(BufferSlotSchema))
+
+
+def page_of(item_schema):
+    """``{"items": [...], "nextCursor": str | null}`` of ``item_schema``."""
+    return type(
+        f"{item_schema.__name__.removesuffix('Schema')}PageSchema",
+        (Schema,),
+        {
+            "items": fields.List(fields.Nested(item_schema)),
+            "nextCursor": fields.String(allow_none=True),
+        },
+    )
+
+
+class EquipmentListSchema(Schema):
+    items = fields.List(fields.Nested(EquipmentSchema))
+
+
+class LineSchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    bufferSlots = fields.Integer()
+    dock = fields.Dict()
+    robot = fields.Dict()
+    tools = fields.List(fields.Dict())
+    equipment = fields.List(fields.Dict())
+
+
+class ProductListSchema(Schema):
+    items = fields.List(fields.Dict())

@@ -1,0 +1,109 @@
+"""Gateway fixtures: a seeded line database, the stand-in line_controller on
+the suite's transport, the Flask app (test client) and a real served gateway
+(``python -m gateway`` in its own process, on a free port)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from gateway.app import create_app
+from shared.config import load_settings
+from shared.db.engine import make_engine, make_sessionmaker
+from tests.gateway.standin import EventWriter, StandInLineController, seed_line
+from tests.support.waiting import wait_for
+
+OPERATOR = "op-token-123"
+ADMIN = "admin-token-123"
+RUNTIME = "rt-token-123"
+TOKENS = f"operator:{OPERATOR},admin:{ADMIN},runtime:{RUNTIME}"
+AUTH = {"Authorization": f"Bearer {OPERATOR}"}
+
+
+@pytest.fixture
+def writable(db_url):
+    """A read-write sessionmaker on the test database, with the line seeded."""
+    engine = make_engine(db_url, pool_size=2)
+    maker = make_sessionmaker(engine)
+    seed_line(maker)
+    yield maker
+    engine.dispose()
+
+
+@pytest.fixture
+def standin(container_factory, nameko_config, writable):
+    StandInLineController.answer_queued = False
+    container = container_factory(StandInLineController, nameko_config)
+    container.start()
+    yield container
+    StandInLineController.answer_queued = False
+
+
+@pytest.fixture
+def gateway_env(db_url, nameko_config):
+    return {
+        "LINECTL_DATABASE_URL": db_url,
+        "LINECTL_AMQP_URI": nameko_config["AMQP_URI"],
+        "LINECTL_TOKENS": TOKENS,
+        "LINECTL_COMMAND_WAIT_SECONDS": "5",
+    }
+
+
+@pytest.fixture
+def app(gateway_env, standin):
+    app = create_app(load_settings(gateway_env))
+    yield app
+    app.extensions["linectl"].close()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def events(writable, nameko_config):
+    return EventWriter(writable, nameko_config)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served_gateway(gateway_env, standin, tmp_path):
+    """``python -m gateway`` serving on a free port; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, **gateway_env, "LINECTL_HTTP_PORT": str(port),
+           "LINECTL_DATA_DIR": str(tmp_path), "LINECTL_LOG_LEVEL": "WARNING"}
+    log = open(tmp_path / "gateway.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "gateway", "--threads", "300"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError((tmp_path / "gateway.log").read_text())
+        try:
+            return requests.get(base + "/healthz", timeout=1).ok
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(up, timeout=30, message="the gateway to serve /healthz")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
