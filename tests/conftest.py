@@ -144,18 +144,3 @@ def nameko_config(amqp_uri, db_url):
         "LINECTL_DATABASE_URL": db_url,
         "max_workers": 20,
     }
-
-
-@pytest.fixture(autouse=True)
-def fast_teardown(request):
-    """Replaces nameko's fixture of that name, which sets up ``container_factory``
-    first so that containers are killed after the broker's per-test vhost is
-    gone. With ``pgsql://`` the broker is the test's own database: dropped
-    first, it leaves the consumers reconnecting forever and the teardown hangs.
-    So the database (when the test uses one) is set up before the container
-    factories, and dropped after every container is killed."""
-    if "db_url" in request.fixturenames:
-        request.getfixturevalue("db_url")
-    for name in ("container_factory", "runner_factory"):
-        if name in request.fixturenames:
-            request.getfixturevalue(name)
