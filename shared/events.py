@@ -69,6 +69,7 @@ SWAP = "SWAP"
 SCAN = "SCAN"
 MARK = "MARK"
 START_MACHINE = "START_MACHINE"
+BUFFER_TO_DOCK = "BUFFER_TO_DOCK"  # a finished piece leaves the cell
 
 # Error codes a *Failed result may carry.
 HW_ERROR_CODES = (

@@ -127,6 +127,10 @@ class CommandBuilder:
         return RobotCommand(ev.DOCK_TO_BUFFER, P.CMD_DOCK_TO_BUFFER, (self.map.dock_station, 0),
                             self.buffer_slot("slot_no", slot_no), job_id=_job("job_id", job_id))
 
+    def buffer_to_dock(self, slot_no, job_id=None) -> RobotCommand:
+        return RobotCommand(ev.BUFFER_TO_DOCK, P.CMD_BUFFER_TO_DOCK, self.buffer_slot("slot_no", slot_no),
+                            (self.map.dock_station, 0), job_id=_job("job_id", job_id))
+
     def buffer_to_equipment(self, slot_no, equipment_id, equipment_slot, job_id=None) -> RobotCommand:
         return RobotCommand(ev.BUFFER_TO_EQUIPMENT, P.CMD_BUFFER_TO_EQUIPMENT,
                             self.buffer_slot("slot_no", slot_no),

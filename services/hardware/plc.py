@@ -41,6 +41,7 @@ CMD_EQUIPMENT_TO_BUFFER = 3
 CMD_SWAP = 4
 CMD_SCAN = 5
 CMD_MARK = 6
+CMD_BUFFER_TO_DOCK = 7
 
 # -- dock block --------------------------------------------------------------------
 D_PIECES = 0        # pieces waiting at the dock

@@ -40,6 +40,11 @@ class HardwareService:
                        lambda: self.hardware.commands.dock_to_buffer(slot_no, job_id))
 
     @rpc
+    def buffer_to_dock(self, correlation_id, slot_no, job_id=None):
+        return _accept(self.hardware, correlation_id,
+                       lambda: self.hardware.commands.buffer_to_dock(slot_no, job_id))
+
+    @rpc
     def buffer_to_equipment(self, correlation_id, slot_no, equipment_id, equipment_slot, job_id=None):
         return _accept(self.hardware, correlation_id, lambda: self.hardware.commands.buffer_to_equipment(
             slot_no, equipment_id, equipment_slot, job_id))

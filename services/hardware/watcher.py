@@ -59,7 +59,9 @@ class SignalWatcher:
         self.link = link
         self.layout = layout
         self.connected: bool | None = None  # unknown until the first poll
-        self._done: dict[tuple[str, int], bool] = {}
+        # (done, jobId) per slot as last seen: a new piece done on the same slot is an
+        # edge even when unload, load and its whole cycle fell between two polls.
+        self._done: dict[tuple[str, int], tuple[bool, int | None]] = {}
         self._arrival_seq: int | None = None
         self.polls = 0
 
@@ -86,9 +88,10 @@ class SignalWatcher:
             inspection = self.layout.equipment_by_id(machine["id"]).inspection
             for slot in machine["slots"]:
                 key = (machine["id"], slot["slotNo"])
-                if slot["done"] and not self._done.get(key):
+                seen = (slot["done"], slot["jobId"])
+                if slot["done"] and self._done.get(key) != seen:
                     signals.extend(self._done_signals(machine["id"], slot, inspection))
-                self._done[key] = slot["done"]
+                self._done[key] = seen
         return signals
 
     @staticmethod

@@ -10,19 +10,11 @@ from __future__ import annotations
 from shared import events as ev
 
 from .dbstate import KEEP, ConditionFailed, DBState
-from .scheduling import (
-    Action,
-    HardwareRequest,
-    Load,
-    Mark,
-    Refill,
-    Scan,
-    StartMachine,
-    Swap,
-    Unload,
-)
+from .scheduler import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
+from .scheduling import HardwareRequest
 
 ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
+OUT_TIMEOUT_SECONDS = 150.0
 TOOL_FAILED = ev.TOOL_ACTION_FAILED
 START_FAILED = ev.MACHINE_START_FAILED
 
@@ -33,19 +25,21 @@ def _before(job) -> dict:
 
 
 class ActionExecutor:
-    """Turns a scheduler's :class:`Action` into transitions and a hardware request."""
+    """Turns a chosen scheduler :class:`Action` into conditional transitions,
+    tasks (``task.kind = action.task_kind``) and the hardware requests to send
+    after the commit. The contract: ``docs/scheduler.md``."""
 
     def __init__(self, action_timeout_seconds: float = 120.0):
         self.timeout = action_timeout_seconds
 
     def _task(self, db: DBState, kind: str, jobs: list, *, equipment_id=None, slot_no=None,
-              extra: dict | None = None):
+              extra: dict | None = None, timeout: float | None = None):
         params = {"jobIds": [j.id for j in jobs], "before": {str(j.id): _before(j) for j in jobs},
                   **(extra or {})}
         task = db.create_task(kind, job_id=jobs[0].id if jobs else None,
                               work_order_id=jobs[0].work_order_id if jobs else None,
                               equipment_id=equipment_id, slot_no=slot_no, params=params,
-                              timeout_seconds=self.timeout)
+                              timeout_seconds=timeout or self.timeout)
         return db.start_task(task.id)
 
     def _job(self, db: DBState, job_id: int):
@@ -54,114 +48,148 @@ class ActionExecutor:
             raise ConditionFailed(f"job {job_id} does not exist")
         return job
 
-    def apply(self, db: DBState, action: Action) -> HardwareRequest:
+    def apply(self, db: DBState, action: Action) -> list[HardwareRequest]:
         if isinstance(action, Refill):
-            job = self._job(db, action.job_id)
-            if action.slot_no in db.buffer_occupancy():
-                raise ConditionFailed(f"buffer slot {action.slot_no} is occupied")
-            task = self._task(db, ev.DOCK_TO_BUFFER, [job], extra={"bufferSlot": action.slot_no})
-            db.claim_job_for_action(job.id, "PENDING", "MOVING", "ON_ROBOT", None,
-                                    temp_slot_no=action.slot_no)
-            return HardwareRequest("dock_to_buffer", task.id, ROBOT_FAILED,
-                                   {"slot_no": action.slot_no, "job_id": job.id})
+            taken = db.buffer_occupancy()
+            requests = []
+            # The robot runs them one after another: each deadline allows for those before it.
+            for i, a in enumerate(action.assignments):
+                job = self._job(db, a.job_id)
+                if a.buffer_slot in taken:
+                    raise ConditionFailed(f"buffer slot {a.buffer_slot} is occupied")
+                task = self._task(db, ev.DOCK_TO_BUFFER, [job], extra={"bufferSlot": a.buffer_slot},
+                                  timeout=self.timeout * (i + 1))
+                db.claim_job_for_action(job.id, "PENDING", "MOVING", "ON_ROBOT", None,
+                                        temp_slot_no=a.buffer_slot)
+                taken[a.buffer_slot] = job.id
+                requests.append(HardwareRequest("dock_to_buffer", task.id, ROBOT_FAILED,
+                                                {"slot_no": a.buffer_slot, "job_id": job.id}))
+            return requests
         if isinstance(action, Load):
             job = self._job(db, action.job_id)
             task = self._task(db, ev.BUFFER_TO_EQUIPMENT, [job], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             db.claim_job_for_action(job.id, "QUEUED", "MOVING", "ON_ROBOT", None)
-            return HardwareRequest("buffer_to_equipment", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("buffer_to_equipment", task.id, ROBOT_FAILED, {
                 "slot_no": job.temp_slot_no, "equipment_id": action.equipment_id,
-                "equipment_slot": action.slot_no, "job_id": job.id})
+                "equipment_slot": action.slot_no, "job_id": job.id})]
         if isinstance(action, Unload):
             job = self._job(db, action.job_id)
             task = self._task(db, ev.EQUIPMENT_TO_BUFFER, [job], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             # The slot keeps the piece until the robot reports it back on the buffer.
             db.claim_job_for_action(job.id, "WAITING_UNLOAD", "MOVING")
-            return HardwareRequest("equipment_to_buffer", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("equipment_to_buffer", task.id, ROBOT_FAILED, {
                 "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
-                "slot_no": job.temp_slot_no, "job_id": job.id})
+                "slot_no": job.temp_slot_no, "job_id": job.id})]
         if isinstance(action, Swap):
-            out, into = self._job(db, action.unload_job_id), self._job(db, action.load_job_id)
+            out, into = self._job(db, action.unload.job_id), self._job(db, action.load.job_id)
             task = self._task(db, ev.SWAP, [out, into], equipment_id=action.equipment_id,
                               slot_no=action.slot_no)
             db.claim_job_for_action(out.id, "WAITING_UNLOAD", "MOVING")
             db.claim_job_for_action(into.id, "QUEUED", "MOVING", "ON_ROBOT", None)
-            return HardwareRequest("swap", task.id, ROBOT_FAILED, {
+            return [HardwareRequest("swap", task.id, ROBOT_FAILED, {
                 "equipment_id": action.equipment_id, "equipment_slot": action.slot_no,
                 "unload_to_slot": out.temp_slot_no, "load_from_slot": into.temp_slot_no,
-                "unload_job_id": out.id, "load_job_id": into.id})
+                "unload_job_id": out.id, "load_job_id": into.id})]
         if isinstance(action, Scan | Mark):
             job = self._job(db, action.job_id)
-            kind = ev.SCAN if isinstance(action, Scan) else ev.MARK
-            text = getattr(action, "text", None) or f"{job.work_order_id}-{job.seq_no}"
+            kind = action.task_kind
+            text = f"{job.work_order_id}-{job.seq_no}"
             task = self._task(db, kind, [job], extra={"text": text} if kind == ev.MARK else None)
             db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
             kwargs = {"slot_no": job.temp_slot_no, "job_id": job.id}
             if kind == ev.MARK:
                 kwargs["text"] = text
-            return HardwareRequest(kind.lower(), task.id, TOOL_FAILED, kwargs)
+            return [HardwareRequest(kind.lower(), task.id, TOOL_FAILED, kwargs)]
         if isinstance(action, StartMachine):
-            slots = [s for s in db.slots(action.equipment_id) if s.status == "OCCUPIED"]
-            task = self._task(db, ev.START_MACHINE, [], equipment_id=action.equipment_id,
-                              extra={"jobs": {str(s.slot_no): s.current_job_id for s in slots}})
-            return HardwareRequest("start_machine", task.id, START_FAILED, {
-                "equipment_id": action.equipment_id,
-                "jobs": {str(s.slot_no): s.current_job_id for s in slots}})
+            jobs = [self._job(db, job_id) for _, job_id in action.jobs]
+            slot_jobs = {str(slot_no): job_id for slot_no, job_id in action.jobs}
+            task = self._task(db, ev.START_MACHINE, jobs, equipment_id=action.equipment_id,
+                              extra={"jobs": slot_jobs})
+            # Loaded → cycle requested: the jobs are PROCESSING from now on, so a
+            # MachineDone that overtakes the start's own result still finds them.
+            for job in jobs:
+                db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
+            return [HardwareRequest("start_machine", task.id, START_FAILED, {
+                "equipment_id": action.equipment_id, "jobs": slot_jobs})]
         raise TypeError(f"not an action: {action!r}")
 
 
 # -- what a finished step does ----------------------------------------------------------
 
 
-def advance_after_step(db: DBState, job) -> None:
-    """The job's current step is done: next step, or COMPLETED/SCRAPPED, or an
-    operator's decision for an inspection without a verdict."""
+def take_out(db: DBState, job, terminal: str) -> list[HardwareRequest]:
+    """Finish a job whose piece sits on its buffer slot: COMPLETED / SCRAPPED
+    (the slot is free in the DB at once, seed 暂存台) and a ``BUFFER_TO_DOCK``
+    task that takes the piece out of the cell. That task is a robot task, so
+    no other robot action (a refill into that slot) is chosen before it ends.
+    Its params carry no ``jobIds``: the job is terminal, its result is not stale."""
+    slot = job.temp_slot_no
+    db.finish_job(job.id, terminal)
+    if slot is None or job.position_type != "ON_BUFFER":
+        return []
+    task = db.create_task(ev.BUFFER_TO_DOCK, job_id=job.id, work_order_id=job.work_order_id,
+                          params={"bufferSlot": slot, "finished": terminal},
+                          timeout_seconds=OUT_TIMEOUT_SECONDS)
+    db.start_task(task.id)
+    return [HardwareRequest("buffer_to_dock", task.id, ROBOT_FAILED, {"slot_no": slot, "job_id": job.id})]
+
+
+def advance_after_step(db: DBState, job) -> list[HardwareRequest]:
+    """The job's current step is done: next step, or COMPLETED/SCRAPPED (the
+    piece is then taken out: the requests to send), or an operator's decision
+    for an inspection without a verdict."""
     route = db.route(job.work_order_id)
     step = route[job.step_index] if job.step_index < len(route) else {"op": "?"}
     if step["op"] == "inspect":
         disposition = (job.context or {}).get("disposition")
         if disposition == "SCRAP":
-            db.finish_job(job.id, "SCRAPPED")
-            return
+            return take_out(db, job, "SCRAPPED")
         if disposition == "REWORK":
             back = max(0, job.step_index - 1)
             db.complete_step(job.id, job.step_index, back, {"disposition": None})
-            return
+            return []
         if disposition != "PASS":
             # No verdict yet: hold the piece until INSPECTION_DECISION is resolved.
             db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status="QUEUED")
-            return
+            return []
     nxt = job.step_index + 1
     if nxt >= len(route):
-        db.complete_step(job.id, job.step_index, nxt)
-        db.finish_job(job.id, "COMPLETED")
-    else:
-        db.complete_step(job.id, job.step_index, nxt, {"disposition": None} if step["op"] == "inspect" else None)
+        return take_out(db, db.complete_step(job.id, job.step_index, nxt), "COMPLETED")
+    db.complete_step(job.id, job.step_index, nxt, {"disposition": None} if step["op"] == "inspect" else None)
+    return []
 
 
-def apply_task_success(db: DBState, task, data: dict) -> None:
-    """``task`` has just been concluded SUCCEEDED; move its jobs on."""
+def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
+    """``task`` has just been concluded SUCCEEDED; move its jobs on. Returns
+    the hardware requests this causes (a finished piece taken out)."""
     params = task.params or {}
     job_ids = params.get("jobIds", [])
     kind = task.kind
     if kind == ev.DOCK_TO_BUFFER:
         db.move_job_to_buffer(job_ids[0], params["bufferSlot"], "QUEUED")
     elif kind == ev.BUFFER_TO_EQUIPMENT:
-        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no)
+        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
     elif kind == ev.EQUIPMENT_TO_BUFFER:
-        advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
+        return advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
         moved = db.move_job_to_buffer(job_ids[0])
-        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no)
-        advance_after_step(db, moved)
+        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
+        return advance_after_step(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
                  else {"markedText": params.get("text")})
         job = db.patch_job_context(job_ids[0], patch)
-        advance_after_step(db, job)
+        return advance_after_step(db, job)
     elif kind == ev.START_MACHINE:
-        db.set_equipment_status(task.equipment_id, "RUNNING")
+        # Running unless its MachineDone overtook this result (no piece of it still processing).
+        equipment = db.equipment(task.equipment_id)
+        still = [j for j in (db.job(i) for i in job_ids)
+                 if j.status == "PROCESSING" or j.held_status == "PROCESSING"]
+        if still and equipment.status == "IDLE":
+            db.set_equipment_status(task.equipment_id, "RUNNING")
+    return []
 
 
 def apply_task_failure(db: DBState, task, error_code: str) -> None:
@@ -173,11 +201,20 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
                            job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
+    if task.kind == ev.BUFFER_TO_DOCK:
+        db.create_manual_action(
+            "REMOVE_FINISHED_PIECE",
+            f"Take the finished piece of job {task.job_id} off buffer slot {params.get('bufferSlot')} "
+            f"({error_code}): the slot is free for the next piece.",
+            ["DONE"], job_id=task.job_id, alarm_id=alarm.id, context={"taskId": task.id})
+        return
     if task.kind == ev.START_MACHINE:
         db.set_equipment_status(task.equipment_id, "FAULT")
         for job_id in (params.get("jobs") or {}).values():
-            if job_id is not None:
-                hold_job(db, job_id, "SUSPENDED")
+            job = db.job(job_id)
+            if job is not None and job.status not in ("PAUSED", "SUSPENDED"):
+                # loaded but not started: RETRY brings them back to QUEUED and they start again
+                db.set_job_status(job_id, (job.status,), "SUSPENDED", held_status="QUEUED")
         db.create_manual_action(
             "EQUIPMENT_FAULT", f"{task.equipment_id} did not start: {error_code}",
             ["RETRY", "SCRAP"], equipment_id=task.equipment_id, alarm_id=alarm.id,
@@ -189,7 +226,9 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
             restore_job(db, job_id, before, status="SUSPENDED", held_status=before["status"])
         else:
             job = db.job(job_id)
-            db.set_job_status(job_id, (job.status,), "ERROR", held_status=None, error_code=error_code)
+            # A step past its deadline is suspended for the operator; a reported failure is an ERROR.
+            status = "SUSPENDED" if error_code == "ACTION_TIMEOUT" else "ERROR"
+            db.set_job_status(job_id, (job.status,), status, held_status=None, error_code=error_code)
         db.create_manual_action(
             "ACTION_FAILED",
             f"{task.kind} of job {job_id} failed ({error_code}). RETRY once the piece is back "
@@ -215,7 +254,11 @@ def hold_job(db: DBState, job_id: int, status: str):
 
 def mark_slot_done(db: DBState, slot) -> None:
     """A machine finished the piece in ``slot``: slot DONE, job WAITING_UNLOAD
-    (or, for a held job, WAITING_UNLOAD is what it returns to)."""
+    (or, for a held job, WAITING_UNLOAD is what it returns to). A cancelled
+    piece's slot stays as it is until an operator has taken it out."""
+    job = db.job(slot.current_job_id)
+    if job is not None and job.status == "CANCELLED":
+        return
     db.slot_done(slot.equipment_id, slot.slot_no, slot.current_job_id)
 
 

@@ -19,12 +19,16 @@ from shared.layout import load_layout
 
 from .loop import EventLoop
 from .messages import new_message
+from .scheduler import default_scheduler
 from .scheduling import HardwareRequest
 
 log = logging.getLogger(__name__)
 
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
 PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
+# A step's deadline (task.deadline_at); past it a StepTimeout suspends the job.
+# Above the hardware's own action timeout (120 s), so its Failed result comes first.
+STEP_TIMEOUT_SECONDS = 150.0
 
 
 class LineEventPublisher(EventDispatcher):
@@ -97,7 +101,9 @@ class ProductionLoop(DependencyProvider):
         self.settings = load_settings()
         self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3)
         layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
-        self.loop = EventLoop(self.engine, layout)
+        self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
+                              action_timeout_seconds=float(config.get(
+                                  "LINECTL_STEP_TIMEOUT", STEP_TIMEOUT_SECONDS)))
         self.loop.hardware = NamekoHardwarePort(config, self.loop)
 
     def start(self):

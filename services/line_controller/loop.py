@@ -29,6 +29,7 @@ import eventlet
 from eventlet.event import Event
 from eventlet.queue import LightQueue
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from shared.stats import Durations
 
@@ -36,6 +37,7 @@ from . import messages as m
 from .actions import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
+from .scheduler import build_system_state
 from .scheduling import HardwarePort, HardwareRequest, Scheduler
 
 log = logging.getLogger(__name__)
@@ -353,16 +355,21 @@ class EventLoop:
     # -- the scheduling round -------------------------------------------------------------------
 
     def schedule(self) -> None:
-        """Plan and apply actions in one transaction; a failed condition drops the
-        whole round (the next round re-plans from the state as it is)."""
+        """Read a snapshot, let the scheduler choose, apply the chosen actions, all
+        in one transaction; a failed condition drops the whole round (the next
+        round re-plans from the state as it is). None before the recovery check."""
         if self.scheduler is None or self.recovering:
             return
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()
         try:
             db = DBState(conn, routes=self._routes)
-            for action in self.scheduler.plan(db):
-                requests.append(self.executor.apply(db, action))
+            state = build_system_state(Session(bind=conn), self.layout, db.now)
+            for action in self.scheduler.choose(state):
+                requests.extend(self.executor.apply(db, action))
+            if not db.events:  # nothing chosen: no transaction to record
+                tx.rollback()
+                return
             frames = db.close_transaction(None, status="HANDLED", first_seq=self.last_seq + 1,
                                           tx_id=self.last_tx + 1)
             tx.commit()

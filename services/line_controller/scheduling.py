@@ -1,15 +1,13 @@
 """The scheduling hook: what the loop runs after every message.
 
-A scheduling round is: ``Scheduler.plan(db)`` reads the state (through the
-loop's :class:`DBState`, inside the round's transaction) and returns
-:class:`Action` values; the loop's :class:`~services.line_controller.actions.ActionExecutor`
-applies each one as conditional transitions (claim the job(s), create and
-start a task) and returns the :class:`HardwareRequest` to send once the round
-has committed. The hardware answers later with a worker result message.
-
-The Generator/Filter/Policy scheduler (``scheduler/``) implements
-:class:`Scheduler`; until it is wired in, the loop runs without one and a round
-does nothing.
+A scheduling round is: the loop reads a :class:`~services.line_controller.scheduler.SystemState`
+snapshot inside the round's transaction (``build_system_state``), asks the
+scheduler to ``choose`` the actions to start now (the Generator/Filter/Policy
+scheduler of ``scheduler/``, one action vocabulary: ``scheduler/actions.py``),
+and the :class:`~services.line_controller.actions.ActionExecutor` applies each
+one as conditional transitions plus tasks and returns the
+:class:`HardwareRequest` values to send once the round has committed. The
+hardware answers later with a worker result message.
 """
 
 from __future__ import annotations
@@ -17,56 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class Refill:
-    """Docking station → buffer slot (补料)."""
-    job_id: int
-    slot_no: int
-
-
-@dataclass(frozen=True)
-class Load:
-    """Buffer → equipment slot (上料)."""
-    job_id: int
-    equipment_id: str
-    slot_no: int
-
-
-@dataclass(frozen=True)
-class Unload:
-    """Equipment slot → the job's own buffer slot (下料)."""
-    job_id: int
-    equipment_id: str
-    slot_no: int
-
-
-@dataclass(frozen=True)
-class Swap:
-    """Unload the finished piece and load the next one in one robot visit (换料)."""
-    unload_job_id: int
-    load_job_id: int
-    equipment_id: str
-    slot_no: int
-
-
-@dataclass(frozen=True)
-class Scan:
-    job_id: int
-
-
-@dataclass(frozen=True)
-class Mark:
-    job_id: int
-    text: str | None = None
-
-
-@dataclass(frozen=True)
-class StartMachine:
-    equipment_id: str
-
-
-Action = Refill | Load | Unload | Swap | Scan | Mark | StartMachine
+from .scheduler import Action, SystemState
 
 
 @dataclass(frozen=True)
@@ -79,7 +28,7 @@ class HardwareRequest:
 
 
 class Scheduler(Protocol):
-    def plan(self, db) -> list[Action]: ...
+    def choose(self, state: SystemState) -> list[Action]: ...
 
 
 class HardwarePort(Protocol):

@@ -55,3 +55,33 @@ def test_the_dock_refills_after_it_runs_empty(hardware, received):
         assert run(hardware, received, "dock_to_buffer", "d", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
     wait_for(lambda: len(received.of(ev.PALLET_ARRIVED)) == 2, 20, message="a second pallet")
     assert received.of(ev.PALLET_ARRIVED) == [{"count": 4}, {"count": 4}]
+
+
+def test_a_new_piece_done_on_the_same_slot_between_two_polls_is_an_edge(layout, sim):
+    """At high speed unload, load and a whole cycle can fall between two polls:
+    the slot looks done both times, but it is another piece."""
+    from services.hardware import plc as P
+    watcher = SignalWatcher(PlcLink(sim.host, sim.port, layout.plc.unit_id), layout)
+    watcher.poll()
+    slot = layout.plc.for_equipment("MC1").base + 8  # slot 1
+    sim.model.mem[slot + P.S_OCCUPIED] = 1
+    sim.model._set_u32(slot + P.S_JOB_ID, 21)
+    sim.model.mem[slot + P.S_DONE] = 1
+    assert watcher.poll() == [(ev.MACHINE_DONE, {"machineId": "MC1", "slotNo": 1, "jobId": 21})]
+    sim.model._set_u32(slot + P.S_JOB_ID, 22)  # still done, another job
+    assert watcher.poll() == [(ev.MACHINE_DONE, {"machineId": "MC1", "slotNo": 1, "jobId": 22})]
+    assert watcher.poll() == []
+    watcher.link.close()
+
+
+def test_buffer_to_dock_takes_a_finished_piece_out(hardware, received, sim):
+    run(hardware, received, "dock_to_buffer", "d", 3, 31)
+    assert sim.model.mem[layout_buffer(sim, 3)] == 1
+    assert run(hardware, received, "buffer_to_dock", "o", 3, 31)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    assert sim.model.mem[layout_buffer(sim, 3)] == 0
+    t, p = run(hardware, received, "buffer_to_dock", "o2", 3, 31)  # nothing there any more
+    assert (t, p["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "PLC_ERROR")
+
+
+def layout_buffer(sim, slot_no):
+    return sim.model.map.buffer_base + slot_no - 1

@@ -23,9 +23,9 @@ class ScriptedScheduler:
     def __init__(self):
         self.queued = []
 
-    def plan(self, db):
+    def choose(self, state):
         actions, self.queued = self.queued, []
-        return actions
+        return [a(state) if callable(a) else a for a in actions]
 
 
 class Harness:
@@ -58,6 +58,12 @@ class Harness:
         assert len(self.hardware.requests) == before + 1
         return self.hardware.requests[-1]
 
+    def start(self, equipment_id):
+        """A machine start for its loaded slots, and its success."""
+        from tests.line_controller.scripted import StartMachine
+        out = self.succeed(self.act(StartMachine(equipment_id)), type_="MachineStartSucceeded")
+        assert out.status == "HANDLED", out
+
     def succeed(self, req, data=None, type_="RobotActionSucceeded"):
         return self.send(type_, {"correlationId": str(req.task_id), "data": data or {}},
                          correlation_id=str(req.task_id))
@@ -87,13 +93,15 @@ class Harness:
         return self.row("SELECT * FROM work_order WHERE id = :id", id=order_id)
 
     def on_buffer(self, job_id, buffer_slot):
-        from services.line_controller.scheduling import Refill
+        from tests.line_controller.scripted import Refill
         assert self.succeed(self.act(Refill(job_id, buffer_slot))).status == "HANDLED"
 
-    def on_equipment(self, job_id, equipment_id, slot_no, buffer_slot):
-        from services.line_controller.scheduling import Load
+    def on_equipment(self, job_id, equipment_id, slot_no, buffer_slot, start=True):
+        from tests.line_controller.scripted import Load
         self.on_buffer(job_id, buffer_slot)
         assert self.succeed(self.act(Load(job_id, equipment_id, slot_no))).status == "HANDLED"
+        if start:  # loaded → its cycle runs (job PROCESSING)
+            self.start(equipment_id)
 
     def alarms(self, code=None):
         return [a for a in self.rows("SELECT * FROM alarm ORDER BY id") if code in (None, a.code)]

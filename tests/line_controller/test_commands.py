@@ -1,6 +1,6 @@
 """Operator commands: order and job control, alarms, recovery, audit."""
 
-from services.line_controller.scheduling import Load, Refill
+from tests.line_controller.scripted import Load, Refill
 
 
 def test_create_and_start_an_order(harness):
@@ -40,10 +40,18 @@ def test_cancel_frees_the_cell_and_leaves_a_manual_action(harness):
     result = harness.ok("CancelOrder", {"workOrderId": oid})
     assert result["status"] == "CANCELLED"
     assert {harness.job(j).status for j in jobs} == {"CANCELLED"}
-    assert harness.slot("MC1", 1).status == "EMPTY"
     assert harness.row("SELECT count(*) AS n FROM job WHERE temp_slot_no IS NOT NULL").n == 0
+    out = harness.hardware.requests[-1]  # the piece on the buffer leaves by robot
+    assert (out.rpc, out.kwargs) == ("buffer_to_dock", {"slot_no": 2, "job_id": jobs[1]})
+    assert harness.succeed(out).status == "HANDLED"
+    # the one on the machine is the operator's; nothing is loaded over it meanwhile
     (action,) = harness.manual_actions("REMOVE_CANCELLED_PIECES")
-    assert {p["jobId"] for p in action.context["pieces"]} == {jobs[0], jobs[1]}
+    assert [p["jobId"] for p in action.context["pieces"]] == [jobs[0]]
+    assert (harness.slot("MC1", 1).status, harness.slot("MC1", 1).current_job_id) == ("OCCUPIED", jobs[0])
+    harness.ok("MachineDone", {"machineId": "MC1", "slotNo": 1, "jobId": jobs[0]})  # its cycle ends: no change
+    assert harness.slot("MC1", 1).status == "OCCUPIED"
+    harness.ok("ResolveManualAction", {"manualActionId": action.id, "resolution": "DONE"})
+    assert harness.slot("MC1", 1).status == "EMPTY"
     order = harness.order(oid)
     assert (order.completed_qty, order.scrapped_qty) == (0, 0)
     assert harness.send("CancelOrder", {"workOrderId": oid}).error["code"] == "INVALID_TRANSITION"

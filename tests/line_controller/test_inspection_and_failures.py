@@ -2,7 +2,7 @@
 
 from sqlalchemy import text
 
-from services.line_controller.scheduling import Load, Scan, StartMachine, Unload
+from tests.line_controller.scripted import Load, Scan, StartMachine, Unload
 
 
 def _to_inspection(h, job_id, buffer_slot=1):
@@ -12,6 +12,7 @@ def _to_inspection(h, job_id, buffer_slot=1):
     h.succeed(h.act(Unload(job_id, "MC1", 1)))
     assert (h.job(job_id).status, h.job(job_id).step_index) == ("QUEUED", 1)
     h.succeed(h.act(Load(job_id, "INSP1", 1)))
+    h.start("INSP1")
 
 
 def test_a_pass_goes_on_and_completes_the_last_step(harness):
@@ -25,6 +26,13 @@ def test_a_pass_goes_on_and_completes_the_last_step(harness):
     job, order = harness.job(j), harness.order(oid)
     assert (job.status, job.position_type, job.temp_slot_no) == ("COMPLETED", "OUT", None)
     assert (order.status, order.completed_qty, order.scrapped_qty) == ("COMPLETED", 1, 0)
+    # The finished piece leaves the cell: a robot task, answered like any other.
+    out = harness.hardware.requests[-1]
+    assert (out.rpc, out.kwargs) == ("buffer_to_dock", {"slot_no": 1, "job_id": j})
+    task = harness.row("SELECT * FROM task WHERE id = :id", id=out.task_id)
+    assert (task.kind, task.status, task.job_id) == ("BUFFER_TO_DOCK", "RUNNING", j)
+    assert harness.succeed(out).status == "HANDLED"
+    assert harness.row("SELECT status FROM task WHERE id = :id", id=out.task_id).status == "SUCCEEDED"
 
 
 def test_a_fail_scraps_the_piece_once_it_is_off_the_station(harness):
@@ -113,23 +121,30 @@ def test_an_overdue_task_times_out_through_a_message(harness):
     assert harness.row("SELECT type FROM loop_message WHERE id = :id",
                        id=f"timeout-{req.task_id}").type == "StepTimeout"
     assert harness.row("SELECT error_code FROM task WHERE id = :id", id=req.task_id).error_code == "ACTION_TIMEOUT"
-    assert harness.job(j).status == "ERROR"
+    job = harness.job(j)
+    assert (job.status, job.error_code) == ("SUSPENDED", "ACTION_TIMEOUT")
+    (alarm,) = harness.alarms("ACTION_FAILED")
+    (action,) = harness.manual_actions("ACTION_FAILED")
+    assert (action.job_id, action.alarm_id, action.choices) == (j, alarm.id, ["RETRY", "SCRAP"])
+    assert harness.send("ResumeJob", {"jobId": j}).error["code"] == "INVALID_TRANSITION"  # the action first
     assert harness.succeed(req).status == "STALE"  # the robot answers after all: ignored
 
 
 def test_a_machine_that_fails_to_start_is_faulted(harness):
     oid, (j,) = harness.started_order(quantity=1)
-    harness.on_equipment(j, "MC1", 1, 1)
+    harness.on_equipment(j, "MC1", 1, 1, start=False)
+    assert harness.job(j).status == "QUEUED"  # loaded, cycle not started
     req = harness.act(StartMachine("MC1"))
     assert req.kwargs["jobs"] == {"1": j}
+    assert harness.job(j).status == "PROCESSING"
     harness.fail(req, "PLC_ERROR", type_="MachineStartFailed")
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "FAULT"
     job = harness.job(j)
-    assert (job.status, job.held_status) == ("SUSPENDED", "PROCESSING")
+    assert (job.status, job.held_status) == ("SUSPENDED", "QUEUED")  # loaded, not started
     (action,) = harness.manual_actions("EQUIPMENT_FAULT")
     harness.ok("ResolveManualAction", {"manualActionId": action.id, "resolution": "RETRY"})
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "IDLE"
-    assert harness.job(j).status == "PROCESSING"
+    assert harness.job(j).status == "QUEUED"
     harness.succeed(harness.act(StartMachine("MC1")), type_="MachineStartSucceeded")
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "RUNNING"
     harness.ok("MachineDone", {"machineId": "MC1", "slotNo": 1})

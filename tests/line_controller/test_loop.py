@@ -2,7 +2,7 @@
 
 from services.line_controller.loop import EventLoop
 from services.line_controller.messages import new_message
-from services.line_controller.scheduling import Load, Refill
+from tests.line_controller.scripted import Load, Refill
 from tests.support.waiting import wait_for
 
 
@@ -104,7 +104,7 @@ def test_worker_results_advance_the_job(harness):
     harness.succeed(req)
     job = harness.job(j)
     assert (job.status, job.position_type, job.position_ref_id, job.temp_slot_no) == \
-        ("PROCESSING", "ON_EQUIPMENT", "MC2:1", 5)
+        ("QUEUED", "ON_EQUIPMENT", "MC2:1", 5)  # loaded; the cycle starts with StartMachine
     assert (harness.slot("MC2", 1).status, harness.slot("MC2", 1).current_job_id) == ("OCCUPIED", j)
     assert harness.row("SELECT status FROM task WHERE id = :id", id=req.task_id).status == "SUCCEEDED"
     assert job.version > 3

@@ -8,8 +8,9 @@ def _slots(h, equipment_id):
 
 def test_batch_equipment_marks_every_occupied_slot_done(harness):
     _, jobs = harness.started_order(product="BRACKET-A", quantity=3)
-    harness.on_equipment(jobs[0], "WASH1", 1, 1)
-    harness.on_equipment(jobs[1], "WASH1", 3, 2)
+    harness.on_equipment(jobs[0], "WASH1", 1, 1, start=False)
+    harness.on_equipment(jobs[1], "WASH1", 3, 2, start=False)
+    harness.start("WASH1")  # one batch
     harness.on_buffer(jobs[2], 3)
     harness.ok("MachineDone", {"machineId": "WASH1", "slotNo": 3})  # slotNo means nothing here
     assert _slots(harness, "WASH1") == {1: ("DONE", jobs[0]), 2: ("EMPTY", None), 3: ("DONE", jobs[1]),

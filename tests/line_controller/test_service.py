@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from services.line_controller.dbstate import DBState
 from services.line_controller.dependencies import ProductionLoop
-from services.line_controller.scheduling import Refill
 from services.line_controller.service import LineControllerService
 from shared import events as ev
 from tests.line_controller.conftest import ScriptedScheduler
+from tests.line_controller.scripted import Refill
 from tests.support.waiting import wait_for
 
 
@@ -92,6 +92,7 @@ def test_a_command_that_times_out_is_queued_and_still_runs(rpc_proxy, engine):
 def test_a_hardware_event_changes_state_and_goes_out_as_line_events(
         line_controller, container_factory, nameko_config, engine, rpc_proxy):
     LineEventsListener.received.clear()
+    _loop(line_controller).scheduler = None  # the piece is placed by hand below
     hardware = container_factory(FakeHardware, nameko_config)
     listener = container_factory(LineEventsListener, nameko_config)
     hardware.start()

@@ -29,6 +29,7 @@ ROBOT_SECONDS = {
     P.CMD_SWAP: 14.0,
     P.CMD_SCAN: 3.0,
     P.CMD_MARK: 5.0,
+    P.CMD_BUFFER_TO_DOCK: 6.0,
 }
 
 
@@ -177,6 +178,14 @@ class LineModel:
             m[b] = 1
             if m[self.map.dock_base + P.D_PIECES] == 0:
                 self._after(self.options.pallet_seconds, self._pallet_arrives)
+            return 0
+        if code == P.CMD_BUFFER_TO_DOCK:  # onto the dock's outgoing side: out of the cell
+            b = self._buffer(src[1])
+            if src[0] != buffer_st or dst[0] != dock_st or b is None:
+                return 4
+            if not m[b]:
+                return 1
+            m[b] = 0
             return 0
         if code == P.CMD_BUFFER_TO_EQUIPMENT:
             b, target = self._buffer(src[1]), self._machine_slot(*dst)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from shared import serialize
 
 from .. import messages as m
-from ..actions import advance_after_step, hold_job, mark_slot_done, restore_job, scrap_job
+from ..actions import (
+    advance_after_step,
+    hold_job,
+    mark_slot_done,
+    restore_job,
+    scrap_job,
+    take_out,
+)
 from ..dbstate import Rejected
 from .recovery import resolve_recovery
 
@@ -78,19 +85,22 @@ def resume_order(cmd: m.ResumeOrder, ctx):
 
 def cancel_order(cmd: m.CancelOrder, ctx):
     """Any non-terminal order → CANCELLED: its live jobs CANCELLED, their open
-    tasks CANCELLED (late results are then stale), their slots freed; pieces
-    still in the cell become one manual action to take them out."""
+    tasks CANCELLED (late results are then stale). Pieces at rest on the
+    buffer leave the cell by robot (``BUFFER_TO_DOCK``, like finished ones);
+    pieces on equipment keep their slot (nothing is loaded over them) and,
+    with pieces the robot held, become one manual action to take them out —
+    resolving it frees those slots."""
     order = _order(ctx, cmd.work_order_id)
     if order.status in ("COMPLETED", "CANCELLED"):
         raise _invalid(f"work order {order.id} is {order.status}")
     live = [j for j in ctx.db.jobs_of_order(order.id)
             if j.status not in ("COMPLETED", "SCRAPPED", "CANCELLED")]
-    ctx.db.cancel_open_tasks([j.id for j in live])
+    busy = {t.job_id for t in ctx.db.cancel_open_tasks([j.id for j in live])}
     in_cell = []
     for job in live:
-        if job.position_type == "ON_EQUIPMENT":
-            equipment_id, _, n = job.position_ref_id.rpartition(":")
-            ctx.db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
+        if job.position_type == "ON_BUFFER" and job.id not in busy:
+            ctx.requests.extend(take_out(ctx.db, job, "CANCELLED"))
+            continue
         if job.position_type != "ON_DOCK":
             in_cell.append({"jobId": job.id, "positionType": job.position_type,
                             "positionRefId": job.position_ref_id})
@@ -157,7 +167,7 @@ def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
     if action.kind.startswith("RECOVERY"):
         ctx.requests.extend(resolve_recovery(db, action, cmd.resolution))
     else:
-        _apply_resolution(db, action, cmd.resolution)
+        ctx.requests.extend(_apply_resolution(db, action, cmd.resolution) or [])
     _clear_alarm(db, action, ctx.actor)
     return serialize.manual_action(resolved)
 
@@ -171,7 +181,8 @@ def _clear_alarm(db, action, actor):
             db.resolve_alarm(alarm.id, actor)
 
 
-def _apply_resolution(db, action, resolution):
+def _apply_resolution(db, action, resolution) -> list:
+    """Apply an operator's choice; returns hardware requests it causes."""
     context = action.context or {}
     if action.kind == "ACTION_FAILED" and action.job_id is not None:
         job = db.job(action.job_id)
@@ -203,11 +214,19 @@ def _apply_resolution(db, action, resolution):
         if job.status == "SUSPENDED" and job.position_type == "ON_BUFFER":
             # Already back on the buffer, waiting for this decision.
             job = db.set_job_status(job.id, ("SUSPENDED",), "QUEUED", held_status=None)
-            advance_after_step(db, job)
+            return advance_after_step(db, job)
+    elif action.kind == "REMOVE_CANCELLED_PIECES":
+        for piece in context.get("pieces", []):  # taken off their machines: the slots are free
+            if piece["positionType"] == "ON_EQUIPMENT":
+                equipment_id, _, n = piece["positionRefId"].rpartition(":")
+                slot = db.slot(equipment_id, int(n))
+                if slot is not None and slot.current_job_id == piece["jobId"]:
+                    db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
     elif action.kind == "SIGNAL_MISMATCH" and resolution == "MARK_DONE":
         slot = db.slot(action.equipment_id, context["slotNo"])
         if slot is not None and slot.status == "OCCUPIED":
             mark_slot_done(db, slot)
+    return []
 
 
 def confirm_recovery(cmd: m.ConfirmRecovery, ctx):

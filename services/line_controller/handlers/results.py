@@ -27,7 +27,7 @@ def _conclude(message, ctx, **outcome):
 def succeeded(result, ctx):
     task = _conclude(result, ctx, result=result.data or {})
     if task is not None:
-        apply_task_success(ctx.db, task, result.data or {})
+        ctx.requests.extend(apply_task_success(ctx.db, task, result.data or {}))
 
 
 def failed(result, ctx):

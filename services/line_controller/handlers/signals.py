@@ -7,9 +7,14 @@ from ..actions import mark_slot_done
 from ..dbstate import Rejected
 
 
-def _target_slot(ctx, equipment, slot_no):
-    """The slot a non-batch done signal means: the only one; else ``slotNo``
-    when it is > 1; else the earliest-occupied one (FIFO)."""
+def _target_slot(ctx, equipment, slot_no, job_id=None):
+    """The slot a non-batch done signal means: the one holding ``jobId``; else
+    the only one; else ``slotNo`` when it is > 1; else the earliest-occupied
+    one (FIFO)."""
+    if job_id is not None:
+        holding = [s for s in ctx.db.slots(equipment.id) if s.current_job_id == job_id]
+        if holding:
+            return holding[0]
     if equipment.slot_count == 1:
         return ctx.db.slot(equipment.id, 1)
     if slot_no is not None and slot_no > 1:
@@ -56,7 +61,11 @@ def machine_done(evt: m.MachineDone, ctx):
         return inspection_result(m.InspectionResult(evt.machine_id, evt.slot_no, evt.job_id,
                                                     evt.passed), ctx)
     if equipment.batch:
-        occupied = [s for s in ctx.db.slots(equipment.id) if s.status == "OCCUPIED"]
+        slots = ctx.db.slots(equipment.id)
+        occupied = [s for s in slots if s.status == "OCCUPIED"]
+        if not occupied and evt.slot_no is not None and any(
+                s.slot_no == evt.slot_no and s.status == "DONE" for s in slots):
+            return None  # the same batch's done edge of another slot: already applied
         if not occupied:
             return _unexpected(ctx, equipment, f"{equipment.id} reports done with no piece loaded")
         if evt.job_id is not None and evt.job_id not in {s.current_job_id for s in occupied}:
@@ -65,7 +74,7 @@ def machine_done(evt: m.MachineDone, ctx):
             mark_slot_done(ctx.db, slot)
         _machine_idle(ctx, equipment)
         return None
-    slot = _target_slot(ctx, equipment, evt.slot_no)
+    slot = _target_slot(ctx, equipment, evt.slot_no, evt.job_id)
     if slot is None or slot.status != "OCCUPIED":
         where = f"slot {slot.slot_no}" if slot is not None else "no occupied slot"
         return _unexpected(ctx, equipment, f"{equipment.id} reports done for {where}")
@@ -82,7 +91,10 @@ def inspection_result(evt: m.InspectionResult, ctx):
     piece is back on the buffer: PASS → next step, SCRAP → scrapped, no verdict
     → an operator decides (INSPECTION_DECISION)."""
     equipment = _equipment(ctx, evt.machine_id)
-    slot = _target_slot(ctx, equipment, evt.slot_no)
+    slot = _target_slot(ctx, equipment, evt.slot_no, evt.job_id)
+    if (slot is not None and slot.status == "DONE" and evt.job_id in (None, slot.current_job_id)
+            and "inspection" in (ctx.db.job(slot.current_job_id).context or {})):
+        return None  # the verdict already came with the station's MachineDone
     if slot is None or slot.status != "OCCUPIED":
         return _unexpected(ctx, equipment, f"{equipment.id} reports an inspection with no piece loaded")
     if evt.job_id is not None and evt.job_id != slot.current_job_id:

@@ -1,0 +1,188 @@
+"""A whole work order through the whole stack, beside the raw event loop.
+
+    .venv/bin/python tests/bench/bench_flow.py [--pieces 200] [--product BRACKET-A] [--speed 100000]
+
+The stack: the Modbus line simulator in-process at (near) zero action time
+(``--speed``: a 14 s swap takes 0.14 ms), the real hardware service and the
+real line_controller (scheduler wired) in nameko containers, an embedded
+PostgreSQL (fsync on). It times one order of ``--pieces`` from StartOrder to
+COMPLETED and the last piece out of the cell, and prints pieces per minute.
+
+Beside it, in the same run, the reference: the raw event loop of
+``bench_event_loop.py`` (the same loop, messages handed to it in memory, no
+scheduler, no transport, no hardware) on the same server. The per-piece
+overhead is the whole stack's time per piece against what the loop messages
+one piece needed would cost at the raw rate; their ratio is what the
+scheduler rounds, the transport, the hardware service's polling (robot
+handshake every 20 ms, PLC signals every 100 ms) and waiting add.
+
+Transport: ``pgsql://`` on the bench database when that transport exists,
+else RabbitMQ on a private vhost (``rabbitmqctl``), else
+``LINECTL_BENCH_AMQP_URI``.
+"""
+
+import eventlet
+
+eventlet.monkey_patch()
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from nameko.containers import ServiceContainer  # noqa: E402
+from nameko.standalone.rpc import ServiceRpcProxy  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from services.hardware.service import HardwareService  # noqa: E402
+from services.hardware.sim.model import SimOptions  # noqa: E402
+from services.hardware.sim.server import LineSimulator  # noqa: E402
+from services.line_controller.dbstate import DBState  # noqa: E402
+from services.line_controller.loop import EventLoop  # noqa: E402
+from services.line_controller.service import LineControllerService  # noqa: E402
+from shared.config import Settings  # noqa: E402
+from shared.db.embedded import EmbeddedPostgres  # noqa: E402
+from shared.db.engine import make_engine  # noqa: E402
+from shared.db.migrate import upgrade  # noqa: E402
+from shared.layout import load_layout  # noqa: E402
+from tests.bench.bench_event_loop import bench_layout, run_loop, stage, stream  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def transport(db_url: str):
+    """(uri, cleanup)."""
+    if importlib.util.find_spec("shared.transport") and importlib.util.find_spec("shared.transport.pgsql"):
+        return "pgsql://" + db_url.split("://", 1)[1], lambda: None
+    if os.environ.get("LINECTL_BENCH_AMQP_URI"):
+        return os.environ["LINECTL_BENCH_AMQP_URI"], lambda: None
+    vhost = f"linectl-bench-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    for args in (["add_vhost", vhost], ["set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"]):
+        subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=30)
+    return (f"amqp://guest:guest@127.0.0.1:5672/{vhost}",
+            lambda: subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=30))
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        eventlet.sleep(0.02)
+
+
+def whole_stack(url: str, pieces: int, product: str, speed: float) -> dict:
+    engine = make_engine(url, pool_size=2)
+    layout = load_layout(Settings().line_file)
+    port = free_port()
+    sim = LineSimulator(layout, SimOptions(speed=speed, scrap_rate=0.05, seed=3, pallet_size=pieces + 8,
+                                           pallet_seconds=1.0), "127.0.0.1", port).start()
+    amqp, cleanup = transport(url)
+    config = {"AMQP_URI": amqp, "serializer": "json", "max_workers": 20, "LINECTL_DATABASE_URL": url,
+              "LINECTL_PLC_ADDRESS": f"127.0.0.1:{port}"}
+    containers = [ServiceContainer(HardwareService, config), ServiceContainer(LineControllerService, config)]
+    for c in containers:
+        c.start()
+
+    def scalar(sql, **params):
+        with engine.connect() as c:
+            return c.execute(text(sql), params).scalar()
+    try:
+        with ServiceRpcProxy("hardware", config, timeout=30) as hw, \
+                ServiceRpcProxy("line_controller", config, timeout=60) as lc:
+            wait_until(lambda: hw.plc_state()["connected"], 30, "the PLC")
+            order = lc.command("CreateOrder", {"productId": product, "quantity": pieces}, "bench",
+                               wait_seconds=30)["result"]
+            messages_before = scalar("SELECT count(*) FROM loop_message")
+            start = time.perf_counter()
+            lc.command("StartOrder", {"workOrderId": order["id"]}, "bench", wait_seconds=30)
+            wait_until(lambda: scalar("SELECT status FROM work_order WHERE id = :o", o=order["id"])
+                       == "COMPLETED", 60 + pieces * 5, "the order")
+            wait_until(lambda: scalar("SELECT count(*) FROM task WHERE status = 'RUNNING'") == 0, 60,
+                       "the last piece out")
+            elapsed = time.perf_counter() - start
+            messages = scalar("SELECT count(*) FROM loop_message") - messages_before
+            rounds = scalar("SELECT count(DISTINCT tx_id) FROM event_log WHERE message_id IS NULL")
+            tasks = scalar("SELECT count(*) FROM task")
+            scrapped = scalar("SELECT scrapped_qty FROM work_order WHERE id = :o", o=order["id"])
+    finally:
+        for c in containers:
+            c.stop()
+        sim.stop()
+        cleanup()
+        engine.dispose()
+    return {"elapsed": elapsed, "messages": messages, "rounds": rounds, "tasks": tasks,
+            "scrapped": scrapped, "transport": amqp.split("://")[0]}
+
+
+def raw_loop(url: str, pieces: int) -> float:
+    """Messages per second of the bare event loop (bench_event_loop's stream)."""
+    engine = make_engine(url, pool_size=3)
+    layout = bench_layout(pieces)
+    with engine.begin() as conn:
+        DBState(conn).sync_equipment(layout)
+    msgs = stream(stage(engine, layout, pieces))
+    loop = EventLoop(engine, layout)
+    loop.start()
+    try:
+        return run_loop(loop, msgs)
+    finally:
+        loop.stop()
+        engine.dispose()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pieces", type=int, default=200)
+    ap.add_argument("--product", default="BRACKET-A")
+    ap.add_argument("--speed", type=float, default=100000.0)
+    ap.add_argument("--raw-pieces", type=int, default=500)
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="linectl-bench-") as tmp:
+        server = EmbeddedPostgres(Path(tmp) / "pg")
+        base = server.start()
+        try:
+            stack_url, raw_url = (base.rsplit("/", 1)[0] + f"/{name}" for name in ("flow", "raw"))
+            with make_engine(base, pool_size=1).connect().execution_options(
+                    isolation_level="AUTOCOMMIT") as conn:
+                for name in ("flow", "raw"):
+                    conn.execute(text(f"CREATE DATABASE {name}"))
+            upgrade(stack_url)
+            upgrade(raw_url)
+            stack = whole_stack(stack_url, args.pieces, args.product, args.speed)
+            raw_rate = raw_loop(raw_url, args.raw_pieces)
+        finally:
+            server.stop()
+
+    per_piece = stack["elapsed"] / args.pieces
+    msgs_per_piece = stack["messages"] / args.pieces
+    raw_per_piece = msgs_per_piece / raw_rate
+    print(f"flow benchmark: {args.pieces} × {args.product} ({stack['scrapped']} scrapped), simulator speed "
+          f"{args.speed:g}, transport {stack['transport']}, fsync on")
+    print(f"  {stack['messages']} loop messages, {stack['rounds']} scheduling rounds with actions, "
+          f"{stack['tasks']} hardware tasks")
+    print(f"{'measure':44}{'whole stack':>14}{'raw loop':>12}{'ratio':>8}")
+    print(f"{'pieces per minute':44}{60 / per_piece:>14.1f}{60 / raw_per_piece:>12.0f}"
+          f"{raw_per_piece / per_piece:>8.3f}")
+    print(f"{'ms per piece (loop + DB + transport + hw)':44}{per_piece * 1000:>14.1f}"
+          f"{raw_per_piece * 1000:>12.1f}{per_piece / raw_per_piece:>8.1f}x")
+    print(f"{'loop messages per second':44}{stack['messages'] / stack['elapsed']:>14.0f}{raw_rate:>12.0f}"
+          f"{stack['messages'] / stack['elapsed'] / raw_rate:>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The whole stack for flow tests: the Modbus line simulator in-process on a
+free port at high speed, the real hardware service pointed at it, and the
+real line_controller (scheduler wired) on the test's database and transport.
+Commands go through the real ``command`` RPC."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from nameko.standalone.rpc import ServiceRpcProxy
+from sqlalchemy import text
+
+from services.hardware.service import HardwareService
+from services.hardware.sim.model import SimOptions
+from services.hardware.sim.server import LineSimulator
+from services.line_controller.service import LineControllerService
+from shared import events as ev
+from shared.config import Settings
+from shared.layout import load_layout
+from tests.support.waiting import wait_for
+
+SIM_SPEED = 1000.0  # a 12 s machining cycle takes 12 ms; the transport dominates
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def layout():
+    return load_layout(Settings().line_file)
+
+
+class Line:
+    """The running stack and what the tests ask of it."""
+
+    def __init__(self, engine, proxy, hardware):
+        self.engine = engine
+        self.proxy = proxy
+        self.hardware = hardware
+
+    def wait_idle(self, timeout=30.0):
+        """No hardware action open (the last finished piece is out of the cell)."""
+        wait_for(lambda: self.row("SELECT count(*) AS n FROM task WHERE status IN ('PENDING','RUNNING')").n == 0,
+                 timeout, interval=0.05, message="no open task")
+
+    def plc_buffer(self) -> list[bool]:
+        """What the PLC says lies on each buffer slot."""
+        return [s["occupied"] for s in self.hardware.plc_state()["buffer"]]
+
+    def command(self, type_, payload, actor="tester"):
+        reply = self.proxy.command(type_, payload, actor, wait_seconds=30)
+        assert reply["status"] in ("HANDLED", "REJECTED"), reply
+        return reply
+
+    def ok(self, type_, payload):
+        reply = self.command(type_, payload)
+        assert reply["status"] == "HANDLED", reply
+        return reply["result"]
+
+    def order(self, product, quantity, priority=5):
+        order = self.ok("CreateOrder", {"productId": product, "quantity": quantity, "priority": priority})
+        return self.ok("StartOrder", {"workOrderId": order["id"]})
+
+    def rows(self, sql, **params):
+        with self.engine.connect() as c:
+            return c.execute(text(sql), params).fetchall()
+
+    def row(self, sql, **params):
+        with self.engine.connect() as c:
+            return c.execute(text(sql), params).first()
+
+    def wait_finished(self, order_id, timeout=90.0):
+        def finished():
+            row = self.row("SELECT status FROM work_order WHERE id = :id", id=order_id)
+            return row.status if row.status in ("COMPLETED", "CANCELLED") else None
+        try:
+            return wait_for(finished, timeout, interval=0.1, message=f"work order {order_id} finished")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        """The state, for a failure message."""
+        parts = ["jobs:"]
+        parts += [f"  {tuple(r)}" for r in self.rows(
+            "SELECT id, status, held_status, position_type, position_ref_id, temp_slot_no, step_index "
+            "FROM job WHERE status NOT IN ('COMPLETED','SCRAPPED','CANCELLED') ORDER BY id")]
+        parts.append("slots: " + ", ".join(f"{r.equipment_id}:{r.slot_no}={r.status}/{r.current_job_id}"
+                                           for r in self.rows("SELECT * FROM equipment_slot ORDER BY 1, 2")))
+        parts.append("equipment: " + ", ".join(f"{r.id}={r.status}" for r in self.rows("SELECT * FROM equipment")))
+        parts += [f"task {tuple(r)}" for r in self.rows(
+            "SELECT id, kind, status, job_id, equipment_id, slot_no, error_code FROM task "
+            "WHERE status <> 'SUCCEEDED' ORDER BY id")]
+        parts += [f"alarm {r.code}: {r.message}" for r in self.rows("SELECT * FROM alarm ORDER BY id")]
+        parts += [f"message {tuple(r)}" for r in self.rows(
+            "SELECT type, status, error_code, error_message FROM loop_message "
+            "WHERE status NOT IN ('HANDLED') ORDER BY created_at DESC LIMIT 10")]
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def sim_options():
+    # A large pallet: the snapshot does not know how many pieces the dock holds
+    # (see docs/scheduler.md), so the dock must not run dry under a refill.
+    return SimOptions(speed=SIM_SPEED, scrap_rate=0.25, seed=11, pallet_size=500, pallet_seconds=1.0)
+
+
+@pytest.fixture
+def line(container_factory, nameko_config, engine, layout, sim_options):
+    port = free_port()
+    simulator = LineSimulator(layout, sim_options, "127.0.0.1", port).start()
+    config = {**nameko_config, "LINECTL_PLC_ADDRESS": f"127.0.0.1:{port}",
+              "LINECTL_HW_ACTION_TIMEOUT": 20.0, "LINECTL_HW_MODBUS_TIMEOUT": 5.0,
+              "LINECTL_STEP_TIMEOUT": 30.0}
+    containers = [container_factory(HardwareService, config),
+                  container_factory(LineControllerService, config)]
+    for container in containers:
+        container.start()
+    try:
+        with ServiceRpcProxy(ev.HARDWARE, config, timeout=30) as hw, \
+                ServiceRpcProxy(ev.LINE_CONTROLLER, config, timeout=60) as proxy:
+            wait_for(lambda: hw.plc_state()["connected"], 30, interval=0.1, message="the PLC")
+            yield Line(engine, proxy, hw)
+    finally:
+        for container in containers:  # before the simulator goes away
+            container.stop()
+        simulator.stop()
