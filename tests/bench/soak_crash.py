@@ -48,6 +48,8 @@ def main() -> int:
     parser.add_argument("--sim-speed", type=float, default=100.0)
     parser.add_argument("--finish-seconds", type=float, default=900.0)
     args = parser.parse_args()
+    # SIGTERM (e.g. `timeout`) ends the run through the cleanup below, not around it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="linectl-soak-") as tmp:
         stack = Stack(Path(tmp) / "data", {}, sim_speed=args.sim_speed,
