@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench lint install clean
+.PHONY: run test bench soak lint install clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "linectl needs Python 3.11 or newer")'
@@ -30,6 +30,11 @@ bench: $(STAMP)
 	  [ -e "$$script" ] || { echo "no benchmarks yet"; break; }; \
 	  echo "== $$script"; $(BIN)/python "$$script"; \
 	done
+
+# ≥ 20 random kills (line_controller, hardware, PostgreSQL) during a running order;
+# not part of `make test` nor `make bench`. SOAK_ARGS="--kills 40 --seed 7" to vary.
+soak: $(STAMP)
+	$(BIN)/python tests/bench/soak_crash.py $(SOAK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check services shared gateway tests migrations

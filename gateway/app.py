@@ -102,9 +102,9 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         "bearerAuth": {"type": "http", "scheme": "bearer"}}}, "security": [{"bearerAuth": []}]})
     errors.register(app, api)
 
-    from gateway.api.health import line_controller_status
+    from gateway.api.health import line_snapshot
 
-    metrics.install(app, ctx.metrics, lambda: line_controller_status()[0])
+    metrics.install(app, ctx.metrics, line_snapshot)
 
     @app.before_request
     def _limit_body():

@@ -1,5 +1,11 @@
-"""Prometheus metrics: request counts and latency per endpoint, connected
-websocket clients, and the loop's lag as its ``status()`` reports it.
+"""Prometheus metrics: the gateway's own (request counts and latency per
+endpoint, connected websocket clients) and the line's, gathered at scrape
+time: the line_controller's and the hardware service's ``status()`` RPCs
+(loop queue length and lag, message handling time per type, hardware action
+durations and failures per kind) and the AI job queue depth by state (one
+query). One scrape target for the whole stack: the services need no HTTP
+port of their own, and a service that does not answer shows as
+``linectl_service_up{service=...} 0`` instead of a missing target.
 
 Each app has its own registry (several apps in one test process must not clash)."""
 
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 from flask import Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 
 @dataclass
@@ -22,10 +29,76 @@ class GatewayMetrics:
     loop_lag: Gauge
     loop_queue: Gauge
     loop_up: Gauge
+    line: LineCollector
+
+
+@dataclass
+class LineSnapshot:
+    """What one scrape gathered; None where a part did not answer."""
+    line_controller: dict | None = None
+    hardware: dict | None = None
+    ai_jobs: dict[str, int] | None = None
+
+
+def _histogram(name, doc, label, snapshot) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    bounds = snapshot.get("le", [])
+    for key, s in sorted(snapshot.get("series", {}).items()):
+        buckets = [(repr(float(b)), n) for b, n in zip(bounds, s["buckets"], strict=False)]
+        family.add_metric([key], buckets + [("+Inf", s["count"])], s["sum"])
+    return family
+
+
+class LineCollector:
+    """Turns the last :class:`LineSnapshot` into metric families."""
+
+    def __init__(self):
+        self.snapshot = LineSnapshot()
+
+    def collect(self):
+        snap = self.snapshot
+        up = GaugeMetricFamily("linectl_service_up", "1 when the service answered status()",
+                               labels=["service"])
+        up.add_metric(["line_controller"], 1 if snap.line_controller else 0)
+        up.add_metric(["hardware"], 1 if snap.hardware else 0)
+        yield up
+        lc = snap.line_controller or {}
+        if lc.get("handling"):
+            yield _histogram("linectl_loop_message_seconds", "time to handle one loop message",
+                             "type", lc["handling"])
+            failed = CounterMetricFamily("linectl_loop_messages_failed", "loop messages that failed",
+                                         labels=["type"])
+            for key, s in sorted(lc["handling"]["series"].items()):
+                failed.add_metric([key], s["failures"])
+            yield failed
+        if "handledTotal" in lc:
+            yield CounterMetricFamily("linectl_loop_messages_handled", "loop messages handled",
+                                      value=lc["handledTotal"])
+            yield GaugeMetricFamily("linectl_loop_recovering", "1 until the start-up recovery check ran",
+                                    value=1 if lc.get("recovering") else 0)
+        hw = snap.hardware or {}
+        if hw:
+            yield GaugeMetricFamily("linectl_plc_connected", "1 when the hardware service reaches the PLC",
+                                    value=1 if hw.get("plcConnected") else 0)
+        if hw.get("actions"):
+            yield _histogram("linectl_hardware_action_seconds", "hardware action duration",
+                             "action", hw["actions"])
+            failed = CounterMetricFamily("linectl_hardware_action_failures", "hardware actions failed",
+                                         labels=["action"])
+            for key, s in sorted(hw["actions"]["series"].items()):
+                failed.add_metric([key], s["failures"])
+            yield failed
+        if snap.ai_jobs is not None:
+            depth = GaugeMetricFamily("linectl_ai_jobs", "AI runtime jobs by state", labels=["state"])
+            for state, n in sorted(snap.ai_jobs.items()):
+                depth.add_metric([state], n)
+            yield depth
 
 
 def create() -> GatewayMetrics:
     reg = CollectorRegistry()
+    line = LineCollector()
+    reg.register(line)
     return GatewayMetrics(
         registry=reg,
         requests=Counter("linectl_http_requests", "HTTP requests",
@@ -39,19 +112,22 @@ def create() -> GatewayMetrics:
         loop_queue=Gauge("linectl_loop_queue_length", "messages waiting in the loop", registry=reg),
         loop_up=Gauge("linectl_line_controller_up", "1 when the line_controller answered status()",
                       registry=reg),
+        line=line,
     )
 
 
-def render(m: GatewayMetrics, status: dict | None) -> bytes:
+def render(m: GatewayMetrics, snapshot: LineSnapshot) -> bytes:
+    status = snapshot.line_controller
     m.loop_up.set(1 if status else 0)
     if status:
         m.loop_lag.set(float(status.get("lagSeconds") or 0))
         m.loop_queue.set(float(status.get("queueLength") or 0))
+    m.line.snapshot = snapshot
     return generate_latest(m.registry)
 
 
-def install(app: Flask, m: GatewayMetrics, status_of) -> None:
-    """Time every request; serve ``/metrics`` (``status_of()`` → loop status or None)."""
+def install(app: Flask, m: GatewayMetrics, snapshot_of) -> None:
+    """Time every request; serve ``/metrics`` (``snapshot_of()`` → :class:`LineSnapshot`)."""
 
     @app.before_request
     def _start_timer():
@@ -68,6 +144,6 @@ def install(app: Flask, m: GatewayMetrics, status_of) -> None:
         return response
 
     def prometheus_metrics():
-        return Response(render(m, status_of()), mimetype=CONTENT_TYPE)
+        return Response(render(m, snapshot_of()), mimetype=CONTENT_TYPE)
 
     app.add_url_rule("/metrics", "metrics", prometheus_metrics)

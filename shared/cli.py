@@ -46,18 +46,25 @@ def cmd_up(settings: Settings, args) -> int:
     """Embedded PostgreSQL (unless a URL is set), migrations, then every process."""
     from shared.config import ensure_tokens
     from shared.db.migrate import upgrade
-    from shared.stack import stack_processes
+    from shared.stack import ReadinessWatch, stack_processes
     from shared.supervisor import Supervisor
 
     url, server = database_url(settings)
     upgrade(url)
     settings = ensure_tokens(settings)
     specs = stack_processes(settings, url)
+    page = f"http://{settings.http_host}:{settings.http_port}/"
 
-    def summary(_sup):
+    def say(line):
+        print(f"linectl: {line}" + (f" ({page})" if line.startswith("ready") else ""), flush=True)
+
+    def summary(sup):
+        if any(s.name == "gateway" for s in specs):
+            # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
+            ReadinessWatch(page + "readyz", say, sup.stopping).start()
         print("linectl is up")
         print(f"database: {url}" + (f" (embedded, data in {server.pgdata})" if server else ""))
-        print(f"page: http://{settings.http_host}:{settings.http_port}/")
+        print(f"page: {page}")
         print(f"data directory: {settings.data_dir.resolve()}")
         print("processes: " + (", ".join(s.name for s in specs) or "(none built yet)"))
         if settings.tokens_generated:

@@ -8,7 +8,12 @@ tests can find it with ``ps``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 from shared.config import Settings
 from shared.supervisor import ProcessSpec
@@ -40,3 +45,44 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
         if _exists(module):
             specs.append(ProcessSpec(name=name, argv=argv, env=env))
     return specs
+
+
+def readiness(url: str, timeout: float = 3.0) -> tuple[bool, str]:
+    """``GET url`` (the gateway's ``/readyz``): ready, or why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200, ""
+    except urllib.error.HTTPError as exc:
+        try:
+            return False, json.loads(exc.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            return False, f"HTTP {exc.code}"
+    except OSError as exc:
+        return False, f"gateway not answering ({exc.__class__.__name__})"
+
+
+class ReadinessWatch:
+    """Polls ``/readyz`` in a thread and says so when the stack becomes ready,
+    stops being ready (naming what is down) and is ready again."""
+
+    def __init__(self, url: str, say, stopping, interval: float = 0.5):
+        self.url = url
+        self.say = say
+        self.stopping = stopping  # callable: true once the supervisor is stopping
+        self.interval = interval
+        self.ready_once = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="readiness", daemon=True).start()
+
+    def _run(self) -> None:
+        ready, reason = False, None
+        while not self.stopping():
+            now_ready, why = readiness(self.url)
+            if now_ready and not ready:
+                self.say("ready" if not self.ready_once.is_set() else "ready again")
+                self.ready_once.set()
+            elif not now_ready and (ready or (self.ready_once.is_set() and why != reason)):
+                self.say(f"not ready: {why}")
+            ready, reason = now_ready, why
+            time.sleep(self.interval if not ready else self.interval * 4)

@@ -86,6 +86,9 @@ class Supervisor:
     def request_stop(self, *_args) -> None:
         self._stop.set()
 
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def status(self) -> dict[str, bool]:
         return {c.spec.name: c.alive() for c in self.children}
 

@@ -1,5 +1,7 @@
-"""Liveness (``/healthz``), readiness (``/readyz``: the database and the
-line_controller answer) and Prometheus metrics (``/metrics``, see gateway.metrics)."""
+"""Liveness (``/healthz``), readiness (``/readyz``: the database answers, the
+line_controller and the hardware service answer ``status()``, and the hardware
+reaches the PLC; a 503 names every part that is down) and the data behind
+Prometheus metrics (``/metrics``, see gateway.metrics)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from sqlalchemy import text
 
 from gateway.api.common import context
 from gateway.errors import ApiError
-from shared.events import LINE_CONTROLLER
+from gateway.metrics import LineSnapshot
+from shared.events import HARDWARE, LINE_CONTROLLER
 
 blp = Blueprint("health", __name__, description="liveness, readiness, metrics")
 
@@ -28,24 +31,45 @@ def _check_database() -> str | None:
     return None
 
 
-def line_controller_status() -> tuple[dict | None, str | None]:
-    """The loop's ``status()``, or why it could not be had."""
+def service_status(service: str) -> tuple[dict | None, str | None]:
+    """A service's ``status()``, or why it could not be had."""
     try:
         with context().status_pool().client() as rpc:
-            return getattr(rpc, LINE_CONTROLLER).status(), None
+            return getattr(rpc, service).status(), None
     except ApiError as exc:
-        return None, f"line_controller ({exc.message})"
+        return None, f"{service} ({exc.message})"
     except Exception as exc:  # noqa: BLE001
-        return None, f"line_controller ({type(exc).__name__}: {exc})"
+        return None, f"{service} ({type(exc).__name__}: {exc})"
+
+
+def line_controller_status() -> tuple[dict | None, str | None]:
+    return service_status(LINE_CONTROLLER)
+
+
+def ai_job_counts() -> dict[str, int] | None:
+    try:
+        with context().db() as session:
+            rows = session.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status"))
+            return {status: n for status, n in rows}
+    except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
+        return None
+
+
+def line_snapshot() -> LineSnapshot:
+    return LineSnapshot(line_controller=line_controller_status()[0],
+                        hardware=service_status(HARDWARE)[0], ai_jobs=ai_job_counts())
 
 
 @blp.route("/readyz")
 @blp.response(200)
 def readyz():
     down = [d for d in (_check_database(),) if d]
-    _, lc_down = line_controller_status()
-    if lc_down:
-        down.append(lc_down)
+    for service in (LINE_CONTROLLER, HARDWARE):
+        status, why = service_status(service)
+        if why:
+            down.append(why)
+        elif service == HARDWARE and not status.get("plcConnected"):
+            down.append("plc (the hardware service does not reach it)")
     if down:
         raise ApiError(503, "UNAVAILABLE", "not ready: " + "; ".join(down) + " down")
     return {"status": "ready"}

@@ -156,7 +156,7 @@ function drawManual(actions) {
   list.replaceChildren();
   let recovery = 0;
   for (const m of actions) {
-    if (m.kind === "RECOVERY") recovery++;
+    if (m.kind.startsWith("RECOVERY")) recovery++;
     const li = el("li", { dataset: { manualActionId: m.id } }, el("b", {}, m.kind), ` ${m.text} `);
     for (const choice of m.choices) {
       li.append(el("button", { type: "button", dataset: { resolution: choice },

@@ -25,6 +25,7 @@ from services.hardware.watcher import SignalWatcher, read_state
 from shared import events as ev
 from shared.config import load_settings
 from shared.layout import load_layout
+from shared.stats import Durations
 
 log = logging.getLogger(__name__)
 # pymodbus logs every failed connect and timeout (10 times a second while the
@@ -54,6 +55,7 @@ class LineHardware:
         self._spawn = spawn
         self._next_id = 1
         self._ids_synced = False
+        self.durations = Durations()  # per action kind, for status() and /metrics
         self._sync_action_ids()
 
     def _sync_action_ids(self) -> None:
@@ -76,6 +78,7 @@ class LineHardware:
         return (action_id - 1) % 0xFFFF + 1  # 1..65535: a register holds it
 
     def publish(self, result: ActionResult) -> None:
+        self.durations.observe(result.request.action, result.duration_ms / 1000.0, not result.ok)
         log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)
         self._dispatch(ev.HARDWARE, result.event_type, result.payload())
 
@@ -98,6 +101,11 @@ class LineHardware:
             return read_state(self.link, self.layout)
         except PlcUnavailable as exc:
             return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
+
+    def status(self) -> dict[str, Any]:
+        """Cheap (no Modbus request): the watcher's last view of the PLC link and
+        the action histograms."""
+        return {"plcConnected": bool(self.watcher.connected), "actions": self.durations.snapshot()}
 
     def close(self) -> None:
         self.link.close()

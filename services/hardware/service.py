@@ -79,6 +79,10 @@ class HardwareService:
     def plc_state(self):
         return self.hardware.plc_state()
 
+    @rpc
+    def status(self):
+        return self.hardware.status()
+
     @timer(interval=WATCH_INTERVAL)
     def watch(self):
         for event_type, payload in self.hardware.watcher.poll():

@@ -260,3 +260,13 @@ def mark_slot_done(db: DBState, slot) -> None:
     if job is not None and job.status == "CANCELLED":
         return
     db.slot_done(slot.equipment_id, slot.slot_no, slot.current_job_id)
+
+
+def scrap_job(db: DBState, job) -> None:
+    """Out of the cell as scrap; an equipment slot still holding it is emptied."""
+    if job.position_type == "ON_EQUIPMENT":
+        equipment_id, _, n = job.position_ref_id.rpartition(":")
+        slot = db.slot(equipment_id, int(n))
+        if slot is not None and slot.current_job_id == job.id:
+            db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
+    db.finish_job(job.id, "SCRAPPED")

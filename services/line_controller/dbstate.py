@@ -132,6 +132,22 @@ class DBState:
     def overdue_tasks(self):
         return self._all("SELECT * FROM task WHERE status = 'RUNNING' AND deadline_at < now()")
 
+    def live_jobs(self):
+        return self._all(f"SELECT * FROM job WHERE status NOT IN {_JOB_TERMINAL_SQL} ORDER BY id")
+
+    def all_slots(self):
+        return self._all("SELECT * FROM equipment_slot ORDER BY equipment_id, slot_no")
+
+    def all_equipment(self):
+        return self._all("SELECT * FROM equipment ORDER BY id")
+
+    def pieces_in_process(self) -> int:
+        return self._one("SELECT count(*) AS n FROM job WHERE status = 'PROCESSING' "
+                         "OR held_status = 'PROCESSING'").n
+
+    def open_tasks(self):
+        return self._all("SELECT * FROM task WHERE status IN ('PENDING','RUNNING') ORDER BY id")
+
     def buffer_occupancy(self) -> dict[int, int]:
         """slot → job id, from ``job.temp_slot_no`` of live jobs (the buffer has no table)."""
         rows = self._all(f"SELECT temp_slot_no, id FROM job WHERE temp_slot_no IS NOT NULL "
@@ -412,6 +428,17 @@ class DBState:
             m=error[1] if error else None)
         if row is not None:
             self.emit("TaskFailed" if error else "TaskSucceeded", serialize.task(row))
+        return row
+
+    def abandon_task(self, task_id: int, error_code: str, error_message: str):
+        """An open task whose outcome nobody will report any more → FAILED (a late
+        result is then stale); None when it was already closed."""
+        row = self._one(
+            "UPDATE task SET status = 'FAILED', finished_at = now(), error_code = :c, "
+            "error_message = :m WHERE id = :id AND status IN ('PENDING','RUNNING') RETURNING *",
+            id=task_id, c=error_code, m=error_message)
+        if row is not None:
+            self.emit("TaskFailed", serialize.task(row))
         return row
 
     def cancel_open_tasks(self, job_ids: list[int]):

@@ -24,6 +24,8 @@ from .scheduling import HardwareRequest
 
 log = logging.getLogger(__name__)
 
+PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
+PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
 # A step's deadline (task.deadline_at); past it a StepTimeout suspends the job.
 # Above the hardware's own action timeout (120 s), so its Failed result comes first.
 STEP_TIMEOUT_SECONDS = 150.0
@@ -107,7 +109,13 @@ class ProductionLoop(DependencyProvider):
     def start(self):
         publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
         self.loop.publish = publisher.publish_frames
-        self.loop.start()
+        self.loop.start(recover=True, plc_state=self._plc_state, plc_wait=PLC_WAIT_SECONDS)
+
+    def _plc_state(self):
+        """The hardware's ``plc_state()`` for the start-up recovery check; an
+        exception (no hardware service within the timeout) means unknown."""
+        with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT) as proxy:
+            return getattr(proxy, ev.HARDWARE).plc_state()
 
     def stop(self):
         self.loop.stop()

@@ -31,6 +31,8 @@ from eventlet.queue import LightQueue
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from shared.stats import Durations
+
 from . import messages as m
 from .actions import ActionExecutor
 from .dbstate import DBState, Rejected
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
+RECOVERY_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -95,22 +98,64 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
+        self.handling = Durations()  # per message type, for status() and /metrics
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def start(self, consume: bool = True) -> None:
+    def start(self, consume: bool = True, *, recover: bool = False, plc_state=None,
+              plc_wait: float = 0.0) -> None:
         """Sync equipment, load the counters, re-enqueue QUEUED messages, and (unless
-        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer."""
+        ``consume`` is false: tests drive :meth:`handle` themselves) run the consumer.
+
+        ``recover``: a ``RecoveryCheck`` carrying ``plc_state()`` (a callable; None or a
+        failing one means the PLC could not be read) is enqueued, and no scheduling
+        round runs until it has been handled. When the first read does not reach the
+        PLC (the hardware service starts at the same time) and pieces are in process,
+        reads are retried for up to ``plc_wait`` seconds in the background before the
+        check runs without it."""
         with self.engine.begin() as conn:
             db = DBState(conn)
             db.sync_equipment(self.layout)
             self.last_seq, self.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
+            in_process = recover and db.pieces_in_process() > 0
+        if recover:
+            self.recovering = True
+            state = self._read_plc(plc_state)
+            # Only pieces in process need the PLC's word: otherwise check at once.
+            if state is not None or plc_wait <= 0 or not in_process:
+                self._enqueue(self._recovery_check(state))
+            else:
+                eventlet.spawn(self._recover_when_plc_answers, plc_state, plc_wait)
         for row in backlog:  # persisted before a crash or restart: they still run
             self._enqueue(m.EventLoopMessage(row.id, row.type, row.payload, row.correlation_id,
                                              row.actor, row.created_at))
         if consume:
             self._consumer = eventlet.spawn(self._run)
+
+    @staticmethod
+    def _read_plc(plc_state) -> dict | None:
+        """The PLC state if it could be read and the PLC is connected, else None."""
+        if plc_state is None:
+            return None
+        try:
+            state = plc_state()
+        except Exception as exc:  # the hardware service is not there (yet)
+            log.warning("recovery: the PLC state could not be read: %s", exc)
+            return None
+        return state if (state or {}).get("connected") else None
+
+    def _recover_when_plc_answers(self, plc_state, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        state = None
+        while state is None and time.monotonic() < deadline:
+            eventlet.sleep(1.0)
+            state = self._read_plc(plc_state)
+        self._enqueue(self._recovery_check(state))
+
+    @staticmethod
+    def _recovery_check(state: dict | None) -> m.EventLoopMessage:
+        return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -124,7 +169,8 @@ class EventLoop:
         lag = time.monotonic() - self._waiting[0] if self._waiting else 0.0
         return {"queueLength": self.inbox.qsize(), "lagSeconds": round(lag, 3),
                 "handledTotal": self.handled_total, "lastSeq": self.last_seq,
-                "recovering": self.recovering, "duplicatesTotal": self.duplicates_total}
+                "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
+                "handling": self.handling.snapshot()}
 
     # -- the way in -------------------------------------------------------------------------
 
@@ -162,11 +208,17 @@ class EventLoop:
             return None
         msg = self.inbox.get()
         self._waiting.popleft()
+        t0 = time.perf_counter()
         try:
             outcome = self.handle(msg)
         except Exception:  # e.g. the database is gone: the loop must outlive one message
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
             outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+        self.handling.observe(msg.type, time.perf_counter() - t0, outcome.status == "FAILED")
+        if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
+            # Not checked (e.g. the database is away): check again, still holding scheduling.
+            eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
+                                 self._recovery_check(msg.payload.get("plcState")))
         for pending in self._pending.pop(msg.id, []):
             pending.done.send(outcome)
         return outcome
@@ -218,6 +270,10 @@ class EventLoop:
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
         self._committed(frames)
         self.handled_total += 1
+        if msg.type == "RecoveryCheck":
+            self.recovering = False
+            log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
+                     result["inconsistencies"], result["manualActionIds"])
         self._send(requests)
         for follow_up in follow_ups:
             self._enqueue(follow_up)
@@ -301,8 +357,8 @@ class EventLoop:
     def schedule(self) -> None:
         """Read a snapshot, let the scheduler choose, apply the chosen actions, all
         in one transaction; a failed condition drops the whole round (the next
-        round re-plans from the state as it is)."""
-        if self.scheduler is None:
+        round re-plans from the state as it is). None before the recovery check."""
+        if self.scheduler is None or self.recovering:
             return
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()

@@ -273,6 +273,14 @@ class ScheduleTick:
     pass
 
 
+@dataclass(frozen=True)
+class RecoveryCheck:
+    """The loop's first message after a start: check the state in the DB against
+    itself and the PLC (``plcState``: the hardware's ``plc_state()``, None when
+    it did not answer)."""
+    plc_state: dict | None = _key("plcState", None)
+
+
 # -- worker results -------------------------------------------------------------------
 
 
@@ -326,7 +334,7 @@ for _cls in (StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, Resum
 COMMANDS = (CreateOrder, StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, ResumeJob,
             ReworkJob, ConfirmRecovery, ResolveManualAction, AcknowledgeAlarm)
 EXTERNAL_EVENTS = (MachineDone, InspectionResult, PalletArrived, StepTimeout, RefillRequested,
-                   ScheduleTick)
+                   ScheduleTick, RecoveryCheck)
 WORKER_RESULTS = (RobotActionSucceeded, RobotActionFailed, ToolActionSucceeded, ToolActionFailed,
                   MachineStartSucceeded, MachineStartFailed)
 

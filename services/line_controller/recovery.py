@@ -93,7 +93,13 @@ def find_inconsistencies(
     tasks: Iterable[TaskRow],
     plc_state: Mapping[str, Any] | None,
     buffer_slots: int,
+    equipment_running: Iterable[str] | None = None,
 ) -> list[Inconsistency]:
+    """``equipment_running``: the equipment the DB records RUNNING (a machine
+    was started). When given, only those are expected to run on the PLC: a
+    batch machine with pieces loaded but not started yet is not an
+    inconsistency. None checks every machine with a piece in process."""
+    started = None if equipment_running is None else set(equipment_running)
     jobs = [j for j in jobs if j.status in LIVE_JOB]
     slots = list(slots)
     found: list[Inconsistency] = []
@@ -176,6 +182,8 @@ def find_inconsistencies(
         if s.status == "OCCUPIED" and j is not None and j.status == "PROCESSING":
             running_in_db[s.equipment_id].append(j.id)
     for eq_id, job_ids in sorted(running_in_db.items()):
+        if started is not None and eq_id not in started:
+            continue
         m = plc_machines.get(eq_id, {})
         done_on_plc = any(sl.get("done") for sl in m.get("slots", []))
         if not m.get("running") and not done_on_plc:

@@ -142,6 +142,24 @@ class EmbeddedPostgres:
             )
         if self.port is None or not _port_free(self.port):
             self.port = self.port if self.port and _port_free(self.port) else free_port()
+        self._pg_ctl_start()
+        self.started_here = True
+        log.info("embedded PostgreSQL started on 127.0.0.1:%s (%s)", self.port, self.pgdata)
+        self.ensure_database(DEFAULT_DB)
+        return self.url(DEFAULT_DB)
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (``immediate`` is crash-like) and start again on the same port, as
+        clients know it (the port may linger in TIME_WAIT; PostgreSQL binds anyway)."""
+        port = self.running_port()
+        if port is None:
+            raise RuntimeError(f"no embedded PostgreSQL runs on {self.pgdata}")
+        self.port = port
+        self.stop(mode)
+        self._pg_ctl_start()
+        log.info("embedded PostgreSQL restarted on 127.0.0.1:%s (%s)", self.port, self.pgdata)
+
+    def _pg_ctl_start(self) -> None:
         options = [
             f"-p {self.port}",
             "-c listen_addresses=127.0.0.1",
@@ -156,10 +174,6 @@ class EmbeddedPostgres:
              "-l", str(self.pgdata / "server.log"), "-o", " ".join(options), "start"],
             timeout=90,
         )
-        self.started_here = True
-        log.info("embedded PostgreSQL started on 127.0.0.1:%s (%s)", self.port, self.pgdata)
-        self.ensure_database(DEFAULT_DB)
-        return self.url(DEFAULT_DB)
 
     def stop(self, mode: str = "fast") -> None:
         if self.running_port() is None:

@@ -15,7 +15,7 @@ import requests
 from gateway.app import create_app
 from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
-from tests.gateway.standin import EventWriter, StandInLineController, seed_line
+from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
 from tests.support.waiting import wait_for
 
 OPERATOR = "op-token-123"
@@ -40,6 +40,7 @@ def standin(container_factory, nameko_config, writable):
     StandInLineController.answer_queued = False
     container = container_factory(StandInLineController, nameko_config)
     container.start()
+    container_factory(StandInHardware, nameko_config).start()
     yield container
     StandInLineController.answer_queued = False
 

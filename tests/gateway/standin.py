@@ -34,7 +34,7 @@ from shared.db.models import (
     ManualAction,
     WorkOrder,
 )
-from shared.events import LINE_CONTROLLER, LINE_EVENTS
+from shared.events import HARDWARE, LINE_CONTROLLER, LINE_EVENTS
 from shared.layout import load_layout
 
 
@@ -232,6 +232,16 @@ class StandInLineController:
             last = s.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
         return {"queueLength": 0, "lagSeconds": 0.0, "handledTotal": StandInLineController.handled,
                 "lastSeq": last, "recovering": False}
+
+
+class StandInHardware:
+    """Answers ``status()`` like the hardware service with its PLC connected (``/readyz``)."""
+    name = HARDWARE
+
+    @rpc
+    def status(self):
+        return {"plcConnected": True, "actions": {"le": [0.5, 1.0], "series": {
+            "DOCK_TO_BUFFER": {"count": 2, "sum": 1.2, "failures": 1, "buckets": [1, 2]}}}}
 
 
 class EventWriter:

@@ -228,6 +228,11 @@ def test_health_ready_metrics(client):
     assert 'linectl_http_requests_total{endpoint="/api/line",method="GET",status="200"} 1.0' in text
     assert "linectl_line_controller_up 1.0" in text and "linectl_loop_lag_seconds 0.0" in text
     assert "linectl_websocket_clients 0.0" in text
+    # The line's own figures, gathered from the services' status() and the database.
+    assert 'linectl_service_up{service="hardware"} 1.0' in text
+    assert 'linectl_hardware_action_seconds_bucket{action="DOCK_TO_BUFFER",le="0.5"} 1.0' in text
+    assert 'linectl_hardware_action_failures_total{action="DOCK_TO_BUFFER"} 1.0' in text
+    assert "linectl_plc_connected 1.0" in text
 
 
 def test_page_is_served(client):

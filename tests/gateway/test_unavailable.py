@@ -24,7 +24,8 @@ def test_commands_and_readyz_answer_503_without_line_controller(lonely_client):
     body = r.get_json()["error"]
     assert body["code"] == "UNAVAILABLE" and body["message"]
     r = lonely_client.get("/readyz")
-    assert r.status_code == 503 and "line_controller" in r.get_json()["error"]["message"]
+    message = r.get_json()["error"]["message"]
+    assert r.status_code == 503 and "line_controller" in message and "hardware" in message
     assert lonely_client.get("/api/work-orders", headers=AUTH).status_code == 200
     assert "linectl_line_controller_up 0.0" in lonely_client.get("/metrics").get_data(as_text=True)
 

@@ -151,3 +151,16 @@ def test_a_restarted_service_continues_after_the_plcs_action_ids(make_hardware, 
     again = call(second, "scan", "b", 1)
     assert again["actionId"] > answer["actionId"]
     assert received.result(again["actionId"])[0] == ev.TOOL_ACTION_SUCCEEDED
+
+
+def test_status_reports_the_plc_link_and_action_durations(hardware, received, sim):
+    run_ok(hardware, received, "dock_to_buffer", "s1", 1, job_id=51)
+    answer = call(hardware, "buffer_to_equipment", "s2", 7, "NOPE", 1)  # refused: not an action
+    assert answer["accepted"] is False
+    status = call(hardware, "status")
+    assert status["plcConnected"] is True
+    series = status["actions"]["series"]
+    assert set(series) == {ev.DOCK_TO_BUFFER}
+    one = series[ev.DOCK_TO_BUFFER]
+    assert (one["count"], one["failures"]) == (1, 0) and one["sum"] > 0
+    assert one["buckets"][-1] == 1 and len(one["buckets"]) == len(status["actions"]["le"])

@@ -29,6 +29,7 @@ class HandlerContext:
         return self.message.actor or "system"
 
 
-from . import commands, results, signals, timers  # noqa: E402
+from . import commands, recovery, results, signals, timers  # noqa: E402
 
-HANDLERS = {**commands.HANDLERS, **signals.HANDLERS, **results.HANDLERS, **timers.HANDLERS}
+HANDLERS = {**commands.HANDLERS, **signals.HANDLERS, **results.HANDLERS, **timers.HANDLERS,
+            **recovery.HANDLERS}

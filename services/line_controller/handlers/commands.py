@@ -5,8 +5,16 @@ from __future__ import annotations
 from shared import serialize
 
 from .. import messages as m
-from ..actions import advance_after_step, hold_job, mark_slot_done, restore_job, take_out
+from ..actions import (
+    advance_after_step,
+    hold_job,
+    mark_slot_done,
+    restore_job,
+    scrap_job,
+    take_out,
+)
 from ..dbstate import Rejected
+from .recovery import resolve_recovery
 
 AT_REST = ("PENDING", "QUEUED", "WAITING_UNLOAD")
 
@@ -156,13 +164,21 @@ def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
         raise Rejected("VALIDATION_ERROR",
                        f"resolution: must be one of {', '.join(action.choices or [])}")
     resolved = db.resolve_manual_action(action.id, cmd.resolution, ctx.actor, cmd.note)
-    ctx.requests.extend(_apply_resolution(db, action, cmd.resolution) or [])
+    if action.kind.startswith("RECOVERY"):
+        ctx.requests.extend(resolve_recovery(db, action, cmd.resolution))
+    else:
+        ctx.requests.extend(_apply_resolution(db, action, cmd.resolution) or [])
+    _clear_alarm(db, action, ctx.actor)
+    return serialize.manual_action(resolved)
+
+
+def _clear_alarm(db, action, actor):
+    """An action's alarm is cleared with the last open action raised for it."""
     if action.alarm_id is not None and not any(
             a.alarm_id == action.alarm_id for a in db.open_manual_actions()):
         alarm = db.alarm(action.alarm_id)
         if alarm.status != "CLEARED":
-            db.resolve_alarm(alarm.id, ctx.actor)
-    return serialize.manual_action(resolved)
+            db.resolve_alarm(alarm.id, actor)
 
 
 def _apply_resolution(db, action, resolution) -> list:
@@ -176,7 +192,7 @@ def _apply_resolution(db, action, resolution) -> list:
             before = context["before"]
             restore_job(db, job.id, before, status=before["status"], held_status=None)
         else:
-            _scrap(db, job)
+            scrap_job(db, job)
     elif action.kind == "EQUIPMENT_FAULT":
         equipment = db.equipment(action.equipment_id)
         if equipment.status == "FAULT":
@@ -189,7 +205,7 @@ def _apply_resolution(db, action, resolution) -> list:
                 db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "PROCESSING",
                                   held_status=None)
             else:
-                _scrap(db, job)
+                scrap_job(db, job)
     elif action.kind == "INSPECTION_DECISION" and action.job_id is not None:
         job = db.job(action.job_id)
         if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED"):
@@ -213,15 +229,6 @@ def _apply_resolution(db, action, resolution) -> list:
     return []
 
 
-def _scrap(db, job):
-    if job.position_type == "ON_EQUIPMENT":
-        equipment_id, _, n = job.position_ref_id.rpartition(":")
-        slot = db.slot(equipment_id, int(n))
-        if slot is not None and slot.current_job_id == job.id:
-            db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
-    db.finish_job(job.id, "SCRAPPED")
-
-
 def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
     """Accept the recorded state for recovery actions (given ids, else all open
     ones); jobs held by them continue by themselves."""
@@ -234,11 +241,8 @@ def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
     for action_id in ids:
         action = open_recovery[action_id]
         db.resolve_manual_action(action_id, "CONFIRMED", ctx.actor, cmd.note)
-        for job_id in [action.job_id, *(action.context or {}).get("jobIds", [])]:
-            job = db.job(job_id) if job_id is not None else None
-            if job is not None and job.status == "SUSPENDED":
-                db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "QUEUED",
-                                  held_status=None)
+        ctx.requests.extend(resolve_recovery(db, action, "CONFIRM"))
+        _clear_alarm(db, action, ctx.actor)
     ctx.target = ("recovery", None)
     return {"confirmed": ids}
 

@@ -1,0 +1,244 @@
+"""Restart recovery (seed 004, 恢复策略): the start-up check and what an
+operator's answer to a recovery action does.
+
+``RecoveryCheck`` is the loop's first message after a start. It compares the
+DB with itself and with the PLC (``recovery.find_inconsistencies``) and turns
+every disagreement into held jobs (SUSPENDED, ``held_status`` kept), an alarm
+and a manual action whose choices are ``recovery.CHOICES[kind]``. A RUNNING
+task is closed (FAILED, ``RECOVERY_OUTCOME_UNKNOWN``): no result will be
+accepted for it any more, so the robot is free, and the operator says what
+happened. A job leaves SUSPENDED when the last open recovery action naming it
+is resolved. Nothing is guessed and nothing is replayed from logs.
+"""
+
+from __future__ import annotations
+
+from shared.db.models import JOB_TERMINAL
+
+from .. import messages as m
+from .. import recovery as r
+from ..actions import apply_task_success, mark_slot_done, scrap_job
+from ..dbstate import Rejected
+
+OUTCOME_UNKNOWN = "RECOVERY_OUTCOME_UNKNOWN"
+HELD = ("SUSPENDED", "PAUSED")
+
+# What each answer does, appended to the action's text so the page can show it.
+CHOICE_HELP = {
+    r.SLOT_MISMATCH: "CONFIRM: the job's record is right (the slot follows it); PIECE_ON_MACHINE: "
+                     "the piece is in that slot (its cycle runs again); PIECE_REMOVED / SCRAP: the "
+                     "piece is out of the cell and counts as scrap.",
+    r.DUPLICATE_BUFFER_SLOT: "CONFIRM: keep the records; PIECE_REMOVED / SCRAP: the pieces are out "
+                             "of the cell and count as scrap.",
+    r.BUFFER_SLOT_OUT_OF_RANGE: "CONFIRM: keep the record; PIECE_REMOVED / SCRAP: the piece is out "
+                                "of the cell and counts as scrap.",
+    r.MACHINE_IDLE_BUT_DB_RUNNING: "CONFIRM: the cycle did not finish (it is started again); "
+                                   "CYCLE_DONE: it finished (the pieces wait for unloading); "
+                                   "PIECE_REMOVED / SCRAP: the pieces count as scrap.",
+    r.MACHINE_RUNNING_BUT_DB_IDLE: "CONFIRM once the machine has stopped; it takes no new piece before.",
+    r.TASK_OUTCOME_UNKNOWN: "CONFIRM: the action did not happen (the piece is where it was before); "
+                            "ACTION_DONE: it finished; PIECE_REMOVED / SCRAP: the piece is out of "
+                            "the cell and counts as scrap.",
+    r.PLC_UNREACHABLE: "CONFIRM once the machines have been checked by hand.",
+}
+
+
+def _check_key(inc: r.Inconsistency) -> str:
+    """Identifies a finding, so a second restart does not open the same action twice."""
+    extra = ",".join(f"{k}={v}" for k, v in sorted(inc.context.items()))
+    return f"{inc.kind}|{','.join(map(str, inc.job_ids))}|{inc.equipment_id or ''}|{inc.task_id or ''}|{extra}"
+
+
+def recovery_check(evt: m.RecoveryCheck, ctx):
+    db = ctx.db
+    ctx.target = ("recovery", None)
+    jobs = [r.JobRow(j.id, j.status, j.position_type, j.position_ref_id, j.temp_slot_no)
+            for j in db.live_jobs()]
+    slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
+    open_tasks = {t.id: t for t in db.open_tasks()}
+    tasks = [r.TaskRow(t.id, t.kind, t.status, t.job_id, t.equipment_id) for t in open_tasks.values()]
+    running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
+    found = r.find_inconsistencies(jobs, slots, tasks, evt.plc_state, ctx.layout.buffer_slots,
+                                   equipment_running=running)
+    known = {(a.context or {}).get("checkKey") for a in db.open_manual_actions()
+             if a.kind.startswith("RECOVERY")}
+    created = []
+    for inc in found:
+        key = _check_key(inc)
+        if key in known:
+            continue
+        known.add(key)
+        job_ids = list(inc.job_ids)
+        if inc.task_id is not None:
+            task = open_tasks[inc.task_id]
+            params = task.params or {}
+            job_ids += [j for j in params.get("jobIds", []) + list((params.get("jobs") or {}).values())
+                        if j is not None and j not in job_ids]
+            db.abandon_task(task.id, OUTCOME_UNKNOWN, "the line controller restarted before the "
+                            "hardware reported this action; an operator says what happened")
+        for job_id in job_ids:
+            _hold(db, job_id)
+        if inc.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
+            equipment = db.equipment(inc.equipment_id)
+            if equipment is not None and equipment.status != "FAULT":
+                db.set_equipment_status(equipment.id, "FAULT")  # no new piece until confirmed
+        alarm = db.raise_alarm(inc.kind, inc.text, equipment_id=inc.equipment_id,
+                               job_id=job_ids[0] if job_ids else None, task_id=inc.task_id)
+        action = db.create_manual_action(
+            inc.kind, f"{inc.text} {CHOICE_HELP[inc.kind]}", list(inc.choices),
+            job_id=job_ids[0] if len(job_ids) == 1 else None, equipment_id=inc.equipment_id,
+            alarm_id=alarm.id,
+            context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id})
+        created.append(action.id)
+    db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
+                                "plcConnected": bool((evt.plc_state or {}).get("connected"))})
+    return {"inconsistencies": len(found), "manualActionIds": created}
+
+
+def _hold(db, job_id):
+    job = db.job(job_id)
+    if job is None or job.status in JOB_TERMINAL or job.status in HELD:
+        return
+    db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status=job.status)
+
+
+def _still_held(db, job_id, resolving_id) -> bool:
+    return any(job_id in (a.context or {}).get("jobIds", []) for a in db.open_manual_actions()
+               if a.kind.startswith("RECOVERY") and a.id != resolving_id)
+
+
+def _release(db, action, job_id, *, status=None, place: dict | None = None):
+    """Back to work (``status``, default the held one; ``place``: where the piece
+    is), unless another open recovery action still holds the job."""
+    job = db.job(job_id)
+    if job is None or job.status in JOB_TERMINAL:
+        return None
+    target = status or job.held_status or "QUEUED"
+    held = job.status in HELD
+    if _still_held(db, job_id, action.id) or job.status == "PAUSED":
+        # Stay held; return to ``target`` when released.
+        if place is not None:
+            return db.place_job(job.id, (job.status,), job.status, place["positionType"],
+                                place["positionRefId"], place["tempSlotNo"], held_status=target)
+        return db.set_job_status(job.id, (job.status,), job.status, held_status=target) if held else job
+    if place is not None:
+        return db.place_job(job.id, (job.status,), target, place["positionType"],
+                            place["positionRefId"], place["tempSlotNo"], held_status=None)
+    if not held:
+        return job
+    return db.set_job_status(job.id, (job.status,), target, held_status=None)
+
+
+def resolve_recovery(db, action, resolution: str) -> list:
+    """Apply an operator's answer (``CONFIRM`` = accept the recorded state) to a
+    RECOVERY_* action that has just been marked resolved; the hardware requests
+    that follow from it (to send after the commit)."""
+    context = action.context or {}
+    job_ids = list(context.get("jobIds") or ([action.job_id] if action.job_id else []))
+    if resolution in ("PIECE_REMOVED", "SCRAP"):
+        for job_id in job_ids:
+            _scrap(db, job_id, action, resolution)
+        if action.kind == r.SLOT_MISMATCH and "slotNo" in context:
+            _empty_slot(db, action.equipment_id, context["slotNo"])
+        if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
+            _equipment_idle(db, action.equipment_id)
+        return []
+    if action.kind == r.TASK_OUTCOME_UNKNOWN:
+        return _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
+    if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
+        for job_id in job_ids:
+            _release(db, action, job_id)
+        if resolution == "CYCLE_DONE":
+            for slot in db.slots(action.equipment_id):
+                if slot.status == "OCCUPIED" and slot.current_job_id in job_ids:
+                    mark_slot_done(db, slot)
+        _equipment_idle(db, action.equipment_id)
+    elif action.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
+        equipment = db.equipment(action.equipment_id)
+        if equipment is not None and equipment.status == "FAULT":
+            db.set_equipment_status(equipment.id, "IDLE")
+    elif action.kind == r.SLOT_MISMATCH:
+        _resolve_slot(db, action, job_ids, resolution)
+    else:
+        for job_id in job_ids:
+            _release(db, action, job_id)
+    return []
+
+
+def _resolve_task(db, action, task, job_ids, resolution):
+    params = task.params or {}
+    if resolution == "ACTION_DONE":
+        for job_id in job_ids:
+            _release(db, action, job_id)
+        if any(db.job(j).status in HELD for j in params.get("jobIds", [])):
+            raise Rejected("INVALID_TRANSITION", "another recovery action still holds this task's "
+                           "jobs: resolve it first")
+        return list(apply_task_success(db, task, {}) or [])
+    before = params.get("before") or {}
+    for job_id in job_ids:
+        was = before.get(str(job_id))
+        if was is None:  # a machine start: its pieces stay where they are
+            _release(db, action, job_id)
+        else:
+            _release(db, action, job_id, status=was["status"], place=was)
+    return []
+
+
+def _resolve_slot(db, action, job_ids, resolution):
+    context = action.context or {}
+    if "positionRefId" in context:  # a job recorded on a slot that disagrees
+        equipment_id, _, n = context["positionRefId"].partition(":")
+        slot = db.slot(equipment_id, int(n)) if n.isdigit() else None
+        if slot is None:
+            raise Rejected("INVALID_TRANSITION", f"slot {context['positionRefId']} does not exist: "
+                           "PIECE_REMOVED or SCRAP")
+        holder = db.job(slot.current_job_id) if slot.current_job_id else None
+        if holder is not None and holder.id not in job_ids and holder.status not in JOB_TERMINAL \
+                and holder.position_ref_id == context["positionRefId"]:
+            raise Rejected("INVALID_TRANSITION", f"slot {context['positionRefId']} holds job {holder.id}")
+        if slot.current_job_id != job_ids[0]:
+            db.set_equipment_slot(equipment_id, slot.slot_no, ("EMPTY", "OCCUPIED", "DONE"), "OCCUPIED",
+                                  job_ids[0])
+        for job_id in job_ids:
+            _release(db, action, job_id)
+        return
+    # A slot holding a job recorded elsewhere.
+    slot_no = context["slotNo"]
+    if resolution == "PIECE_ON_MACHINE" and job_ids:
+        job = db.job(job_ids[0])
+        _release(db, action, job.id, status="PROCESSING", place={
+            "positionType": "ON_EQUIPMENT", "positionRefId": f"{action.equipment_id}:{slot_no}",
+            "tempSlotNo": job.temp_slot_no})
+        slot = db.slot(action.equipment_id, slot_no)
+        if slot.status == "DONE":
+            db.set_equipment_slot(action.equipment_id, slot_no, ("DONE",), "OCCUPIED", job.id)
+        return
+    _empty_slot(db, action.equipment_id, slot_no)
+    for job_id in job_ids:
+        _release(db, action, job_id)
+
+
+def _scrap(db, job_id, action, resolution):
+    job = db.job(job_id)
+    if job is None or job.status in JOB_TERMINAL:
+        return
+    db.patch_job_context(job.id, {"disposition": "SCRAP", "recovery": {
+        "manualActionId": action.id, "kind": action.kind, "resolution": resolution}})
+    scrap_job(db, db.job(job.id))
+
+
+def _empty_slot(db, equipment_id, slot_no):
+    slot = db.slot(equipment_id, slot_no)
+    if slot is not None and slot.status != "EMPTY":
+        db.set_equipment_slot(equipment_id, slot_no, ("OCCUPIED", "DONE"), "EMPTY", None)
+
+
+def _equipment_idle(db, equipment_id):
+    """The machine is not running whatever the DB said: IDLE, so a cycle with pieces
+    still to process is started again."""
+    equipment = db.equipment(equipment_id) if equipment_id else None
+    if equipment is not None and equipment.status == "RUNNING":
+        db.set_equipment_status(equipment_id, "IDLE")
+
+
+HANDLERS = {"RecoveryCheck": recovery_check}

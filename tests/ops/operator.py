@@ -1,0 +1,83 @@
+"""An automated operator for crash tests: answers the recovery questions the
+way a person at the cell would, by looking at the cell (the simulator's PLC
+state through the hardware service's ``plc_state()``), through the gateway's
+REST API like the page does."""
+
+from __future__ import annotations
+
+import time
+
+from shared import events as ev
+
+ROBOT_IDLE_WAIT = 30.0
+
+
+def plc_state(amqp_uri: str, timeout: float = 5.0) -> dict | None:
+    from nameko.standalone.rpc import ClusterRpcProxy
+
+    try:
+        with ClusterRpcProxy({"AMQP_URI": amqp_uri, "serializer": "json"}, timeout=timeout) as rpc:
+            return rpc.hardware.plc_state()
+    except Exception:  # noqa: BLE001 - the hardware service is restarting: ask again later
+        return None
+
+
+def _slot(plc, equipment_id, slot_no):
+    machine = next((m for m in plc.get("equipment", []) if m["id"] == equipment_id), {})
+    return next((s for s in machine.get("slots", []) if s["slotNo"] == slot_no), {})
+
+
+def _buffer_occupied(plc, slot_no):
+    return any(b["slotNo"] == slot_no and b["occupied"] for b in plc.get("buffer", []))
+
+
+def answer_for(action: dict, task: dict | None, plc: dict) -> str:
+    """What the cell shows: did the interrupted action happen?"""
+    if action["kind"] != "RECOVERY_TASK_OUTCOME_UNKNOWN" or task is None:
+        return "CONFIRM"
+    params, kind = task.get("params") or {}, task["kind"]
+    if kind == ev.DOCK_TO_BUFFER:
+        return "ACTION_DONE" if _buffer_occupied(plc, params.get("bufferSlot")) else "CONFIRM"
+    if kind == ev.BUFFER_TO_EQUIPMENT:
+        return "ACTION_DONE" if _slot(plc, task["equipmentId"], task["slotNo"]).get("occupied") else "CONFIRM"
+    if kind == ev.EQUIPMENT_TO_BUFFER:
+        return "CONFIRM" if _slot(plc, task["equipmentId"], task["slotNo"]).get("occupied") else "ACTION_DONE"
+    if kind == ev.SWAP:
+        loaded = _slot(plc, task["equipmentId"], task["slotNo"]).get("jobId")
+        return "ACTION_DONE" if loaded == (params.get("jobIds") or [None, None])[-1] else "CONFIRM"
+    if kind == ev.START_MACHINE:
+        machine = next((m for m in plc.get("equipment", []) if m["id"] == task["equipmentId"]), {})
+        started = machine.get("running") or any(s.get("done") for s in machine.get("slots", []))
+        return "ACTION_DONE" if started else "CONFIRM"
+    return "CONFIRM"  # a scan or a mark is simply done again
+
+
+def resolve_open_recovery(stack, token: str, amqp_uri: str) -> int:
+    """Answer every open recovery action once the robot is at rest; how many."""
+    code, body = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
+    if code != 200:
+        return 0
+    actions = [a for a in body["items"] if a["kind"].startswith("RECOVERY")]
+    if not actions:
+        return 0
+    deadline = time.monotonic() + ROBOT_IDLE_WAIT
+    plc = None
+    while time.monotonic() < deadline:  # a person waits for the robot to stop too
+        plc = plc_state(amqp_uri)
+        if plc and plc.get("connected") and plc.get("robot", {}).get("state") != "BUSY":
+            break
+        time.sleep(0.2)
+    if not plc or not plc.get("connected"):
+        return 0
+    answered = 0
+    for action in actions:
+        task_id = (action.get("context") or {}).get("taskId")
+        task = None
+        if task_id:
+            code, tasks = stack.get("/api/tasks?status=FAILED&limit=500", token)
+            task = next((t for t in tasks.get("items", []) if t["id"] == task_id), None)
+        choice = answer_for(action, task, plc)
+        code, _ = stack.request("POST", f"/api/manual-actions/{action['id']}/resolve",
+                                {"resolution": choice}, token, timeout=30)
+        answered += code == 200
+    return answered

@@ -1,0 +1,78 @@
+"""``linectl up`` as a real process: the start-up summary, readiness, a killed
+process restarted, a truthful /readyz, a PostgreSQL restart survived, an
+orderly stop on SIGTERM, and a second ``up`` that resumes on the same data."""
+
+import os
+import signal
+
+from shared.db.embedded import EmbeddedPostgres
+from tests.ops.stack import NAMES
+from tests.support.waiting import wait_for
+
+
+def test_up_runs_supervises_stops_and_resumes(stack_factory):
+    stack = stack_factory().up()
+    stack.wait_line("linectl: ready")
+    out = stack.output()
+    assert f"database: postgresql://postgres@127.0.0.1:{stack.pg_port}/" in out
+    assert f"page: http://127.0.0.1:{stack.http_port}/" in out
+    assert "processes: sim, hardware, line_controller, gateway" in out
+    assert "operator: " in out  # the tokens generated on first start
+    pids = {name: stack.process(name) for name in NAMES}
+    assert all(pids.values()), pids
+    ps = stack.ps()
+    for name, pid in pids.items():
+        assert any(line.split()[0] == str(pid) and name in line for line in ps.splitlines()[1:])
+    assert stack.get("/readyz") == (200, {"status": "ready"})
+
+    # A frozen hardware service: /readyz says so, by name, and recovers.
+    os.kill(pids["hardware"], signal.SIGSTOP)
+    try:
+        code, body = wait_for(lambda: (r := stack.get("/readyz", timeout=15))[0] == 503 and r, 30)
+        assert "hardware" in body["error"]["message"] and body["error"]["code"] == "UNAVAILABLE"
+    finally:
+        os.kill(pids["hardware"], signal.SIGCONT)
+    stack.wait_ready()
+
+    # kill -9: the supervisor restarts it, /readyz follows.
+    os.kill(pids["hardware"], signal.SIGKILL)
+    stack.wait_line("hardware exited")
+    restarted = wait_for(lambda: (p := stack.process("hardware")) not in (None, pids["hardware"]) and p,
+                         60, 0.1, "hardware restarted")
+    stack.wait_ready()
+
+    # kill -9 the line_controller: restarted, it checks the state before it schedules.
+    mark = len(stack.lines)
+    os.kill(pids["line_controller"], signal.SIGKILL)
+    stack.wait_line("line_controller exited", after=mark)
+    stack.wait_line("recovery check: 0 inconsistencies", after=mark)
+    stack.wait_ready()
+
+    # A crash-like PostgreSQL restart: nothing committed is lost, the services reconnect.
+    token = stack.token("operator")
+    code, before = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
+                                 token)
+    assert code == 201, before
+    EmbeddedPostgres(stack.data_dir / "pg").restart("immediate")
+    stack.wait_ready()
+    assert stack.get(f"/api/work-orders/{before['id']}", token)[1]["code"] == before["code"]
+
+    # State survives the stop: an order created now is there after the second up.
+    code, order = wait_for(lambda: (r := stack.request(
+        "POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1}, token))[0] == 201 and r,
+        60, 0.5, "a command through the reconnected services")
+
+    assert stack.terminate() == 0
+    out = stack.output()
+    stops = [out.index(f"stopped {name}") for name in reversed(NAMES)]
+    assert stops == sorted(stops), "stopped in reverse start order"
+    assert "embedded PostgreSQL stopped" in out
+    assert wait_for(lambda: not stack.pids(), 30, 0.1, "no process of the stack left")
+    assert restarted != pids["hardware"]
+
+    stack.up()  # the same data directory: the same database, recovered
+    stack.wait_line("linectl: ready")
+    assert "tokens (generated once" not in stack.output()
+    code, body = stack.get(f"/api/work-orders/{order['id']}", token)
+    assert code == 200 and body["code"] == order["code"]
+    assert stack.terminate() == 0
