@@ -127,7 +127,7 @@ def test_user_key_is_fetched_by_the_holder(gateway, start_ai, http_gateway, run_
 
 
 def test_cancel_mid_run_stops_the_work(gateway, start_ai, http_gateway, run_worker, fake):
-    start_ai(lock_seconds=1.5)
+    start_ai(lock_seconds=6)  # heartbeats every 2 s: a busy machine never loses the lease
     api = Api(gateway.test_client())
     fake.script[:] = ["hold"]
     job = api.create()
