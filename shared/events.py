@@ -61,6 +61,12 @@ PLC_CONNECTION = "PlcConnection"
 
 PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION)
 
+# Dispatched once by every hardware service start: ``{"instanceId", "plcState"}``.
+# Actions the previous instance had accepted will never report: the
+# line_controller checks its state again (a RecoveryCheck) and puts every
+# action still RUNNING before an operator.
+HARDWARE_STARTED = "HardwareStarted"
+
 # Robot action codes (the ``action`` field of results; the hardware RPC names).
 DOCK_TO_BUFFER = "DOCK_TO_BUFFER"
 BUFFER_TO_EQUIPMENT = "BUFFER_TO_EQUIPMENT"

@@ -12,6 +12,8 @@ Config keys (nameko config, all optional):
 from __future__ import annotations
 
 import logging
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from nameko.extensions import DependencyProvider
@@ -56,6 +58,8 @@ class LineHardware:
         self._next_id = 1
         self._ids_synced = False
         self.durations = Durations()  # per action kind, for status() and /metrics
+        # Before any RPC is accepted: tasks the loop started earlier went to a previous instance.
+        self.started_at = datetime.now(UTC).isoformat()
         self._sync_action_ids()
 
     def _sync_action_ids(self) -> None:
@@ -102,6 +106,18 @@ class LineHardware:
         except PlcUnavailable as exc:
             return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
 
+    def announce_start(self) -> None:
+        """Tell the line_controller this is a new instance (``HardwareStarted``):
+        whatever the previous one had accepted will never report back."""
+        started_at = self.started_at
+        state = self.plc_state()
+        try:
+            self._dispatch(ev.HARDWARE, ev.HARDWARE_STARTED,
+                           {"instanceId": uuid.uuid4().hex, "startedAt": started_at,
+                            "plcState": state if state.get("connected") else None})
+        except Exception:  # the transport is away: the line_controller's own start-up check covers it
+            log.exception("could not announce the hardware service's start")
+
     def status(self) -> dict[str, Any]:
         """Cheap (no Modbus request): the watcher's last view of the PLC link and
         the action histograms."""
@@ -119,6 +135,7 @@ class Hardware(DependencyProvider):
 
     def start(self):
         self.container.spawn_managed_thread(self.hardware.robot.run_forever)
+        self.container.spawn_managed_thread(self.hardware.announce_start)
 
     def stop(self):
         self.hardware.close()

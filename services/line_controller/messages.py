@@ -279,6 +279,9 @@ class RecoveryCheck:
     itself and the PLC (``plcState``: the hardware's ``plc_state()``, None when
     it did not answer)."""
     plc_state: dict | None = _key("plcState", None)
+    # After a hardware restart: only tasks started before this moment (ISO-8601)
+    # went to the old instance; later ones belong to the new one and still report.
+    hardware_started_at: str | None = _key("hardwareStartedAt", None)
 
 
 # -- worker results -------------------------------------------------------------------

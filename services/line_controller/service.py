@@ -119,6 +119,18 @@ class LineControllerService(AiJobsEntrypoints):
     def on_inspection_result(self, payload):
         self._feed(ev.INSPECTION_RESULT, payload)
 
+    @event_handler(ev.HARDWARE, ev.HARDWARE_STARTED, requeue_on_error=True)
+    def on_hardware_started(self, payload):
+        # A new hardware instance: actions the old one accepted will never report.
+        # Check the state again, like after our own start (one check per instance).
+        instance = str((payload or {}).get("instanceId", ""))[:40]
+        msg = new_message("RecoveryCheck", {"plcState": (payload or {}).get("plcState"),
+                                            "hardwareStartedAt": (payload or {}).get("startedAt")},
+                          id=f"HardwareStarted:{instance}", actor=ev.HARDWARE)
+        outcome = self.loop.submit(msg).wait(EVENT_WAIT_SECONDS)
+        if outcome is None or outcome.status == "FAILED":
+            raise RuntimeError("recovery check after a hardware restart not handled; requeued")
+
     @event_handler(ev.HARDWARE, ev.PALLET_ARRIVED, requeue_on_error=True)
     def on_pallet_arrived(self, payload):
         self._feed(ev.PALLET_ARRIVED, payload)

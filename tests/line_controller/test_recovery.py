@@ -311,3 +311,24 @@ def test_recovery_waits_for_a_plc_that_answers_a_little_later(engine, layout, ha
         assert out.result["inconsistencies"] == 0 and not loop.recovering
     finally:
         loop.stop()
+
+
+def test_a_hardware_restart_puts_only_its_lost_actions_before_an_operator(harness):
+    """HardwareStarted → a RecoveryCheck limited to the actions the previous
+    hardware instance had accepted (started before the new one started)."""
+    from datetime import UTC, datetime
+
+    oid, jobs = harness.started_order(quantity=2)
+    lost = harness.act(Refill(jobs[0], 1))  # accepted by the instance that then died
+    restarted_at = harness.row("SELECT clock_timestamp() AS at").at.astimezone(UTC).isoformat()
+    kept = harness.act(Refill(jobs[1], 2))  # sent to the new instance: it will report
+    out = harness.send("RecoveryCheck", {"plcState": None, "hardwareStartedAt": restarted_at})
+    assert out.status == "HANDLED" and out.result["inconsistencies"] == 1
+    assert harness.row("SELECT status, error_code FROM task WHERE id = :id", id=lost.task_id) == \
+        ("FAILED", "RECOVERY_OUTCOME_UNKNOWN")
+    assert harness.row("SELECT status FROM task WHERE id = :id", id=kept.task_id).status == "RUNNING"
+    assert harness.job(jobs[0]).status == "SUSPENDED"
+    assert harness.job(jobs[1]).status == "MOVING"
+    # No PLC comparison mid-run: a machine check would race the loop's own updates.
+    assert [a.kind for a in harness.manual_actions() if a.status == "OPEN"] == [r.TASK_OUTCOME_UNKNOWN]
+    assert datetime.fromisoformat(restarted_at)  # the payload's format is ISO-8601

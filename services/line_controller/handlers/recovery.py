@@ -13,6 +13,8 @@ is resolved. Nothing is guessed and nothing is replayed from logs.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from shared.db.models import JOB_TERMINAL
 
 from .. import messages as m
@@ -56,10 +58,20 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             for j in db.live_jobs()]
     slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
     open_tasks = {t.id: t for t in db.open_tasks()}
+    if evt.hardware_started_at:
+        since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
+        open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
     tasks = [r.TaskRow(t.id, t.kind, t.status, t.job_id, t.equipment_id) for t in open_tasks.values()]
-    running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
-    found = r.find_inconsistencies(jobs, slots, tasks, evt.plc_state, ctx.layout.buffer_slots,
-                                   equipment_running=running)
+    if evt.hardware_started_at:
+        # A hardware restart mid-run: only the actions it lost are in question (the
+        # line's state was consistent a message ago, and a PLC read taken before this
+        # message would race the loop's own updates).
+        found = r.find_inconsistencies([], [], tasks, {"connected": True, "equipment": []},
+                                       ctx.layout.buffer_slots, equipment_running=[])
+    else:
+        running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
+        found = r.find_inconsistencies(jobs, slots, tasks, evt.plc_state, ctx.layout.buffer_slots,
+                                       equipment_running=running)
     known = {(a.context or {}).get("checkKey") for a in db.open_manual_actions()
              if a.kind.startswith("RECOVERY")}
     created = []
@@ -74,8 +86,9 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             params = task.params or {}
             job_ids += [j for j in params.get("jobIds", []) + list((params.get("jobs") or {}).values())
                         if j is not None and j not in job_ids]
-            db.abandon_task(task.id, OUTCOME_UNKNOWN, "the line controller restarted before the "
-                            "hardware reported this action; an operator says what happened")
+            db.abandon_task(task.id, OUTCOME_UNKNOWN, "a restart (line controller or hardware "
+                            "service) came before the hardware reported this action; an operator "
+                            "says what happened")
         for job_id in job_ids:
             _hold(db, job_id)
         if inc.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
