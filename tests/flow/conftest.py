@@ -29,6 +29,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(params=["pgsql", "rabbitmq"])
+def nameko_config(request, db_url, amqp_uri):
+    """The whole flow on both transports: pgsql:// (the default) and RabbitMQ,
+    the way a plant that outgrows one box runs it (skipped without RabbitMQ
+    locally, required in CI)."""
+    uri = request.getfixturevalue("rabbit_uri") if request.param == "rabbitmq" else amqp_uri
+    return {"AMQP_URI": uri, "serializer": "json", "LINECTL_DATABASE_URL": db_url, "max_workers": 20}
+
+
 @pytest.fixture(scope="session")
 def layout():
     return load_layout(Settings().line_file)
