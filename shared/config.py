@@ -46,6 +46,8 @@ class Settings:
     ai_retry_backoff_seconds: float = 2.0
     ai_credential_key: str | None = None  # Fernet key; unset -> <data_dir>/ai_credential.key
     command_wait_seconds: float = 2.0
+    # A robot/tool step with no result by then suspends its job for the operator.
+    step_timeout_seconds: float = 150.0
     line_file: Path = Path(__file__).resolve().parent.parent / "deploy" / "line.yaml"
     log_level: str = "INFO"
     log_format: str = "text"
@@ -195,6 +197,7 @@ _PARSERS = {
     "AI_RETRY_BACKOFF_SECONDS": ("ai_retry_backoff_seconds", lambda n, r: _float(n, r, -1.0, 3600.0)),
     "AI_CREDENTIAL_KEY": ("ai_credential_key", _fernet_key),
     "COMMAND_WAIT_SECONDS": ("command_wait_seconds", lambda n, r: _float(n, r, 0.0, 300.0)),
+    "STEP_TIMEOUT_SECONDS": ("step_timeout_seconds", lambda n, r: _float(n, r, 1.0, 86400.0)),
     "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
     "LOG_LEVEL": ("log_level", lambda n, r: _choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
     "LOG_FORMAT": ("log_format", lambda n, r: _choice(n, r, ("text", "json"))),

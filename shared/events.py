@@ -82,6 +82,7 @@ HW_ERROR_CODES = (
     "MODBUS_TIMEOUT",       # the PLC did not answer a read/write in time
     "CONNECTION_REFUSED",   # no PLC at the address / connection lost
     "PLC_ERROR",            # the PLC reported an error code for the action
+    "SOURCE_EMPTY",         # the PLC found no piece at the source (PLC error 1): nothing moved
     "ACTION_TIMEOUT",       # accepted, but no done/error within the action's deadline
     "REJECTED",             # the request itself was invalid (unknown machine, slot, ...)
 )

@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("linectl.up")
 
+# A process that ran this long before it died was not crash-looping (it was
+# killed, or lost its database): it comes back at once, not after a back-off.
+STABLE_SECONDS = 5.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
+
 
 @dataclass
 class ProcessSpec:
@@ -34,7 +39,7 @@ class Supervised:
         self.out = out
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
-        self.backoff = 0.5
+        self.backoff = BACKOFF_FIRST
         self.next_start = 0.0
         self.started_at = 0.0
         self._lock = threading.Lock()
@@ -110,17 +115,17 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children:
             if child.alive():
-                if now - child.started_at > 30:
-                    child.backoff = 0.5  # it ran long enough: forget earlier crashes
                 continue
             if child.next_start == 0.0:
                 code = child.proc.returncode if child.proc else None
+                if now - child.started_at >= STABLE_SECONDS:
+                    child.backoff = BACKOFF_FIRST  # it had been running: forget earlier crashes
                 child.next_start = now + child.backoff
                 log.error(
                     "%s exited (status %s); restarting in %.1fs",
                     child.spec.name, code, child.backoff,
                 )
-                child.backoff = min(child.backoff * 2, 30.0)
+                child.backoff = min(child.backoff * 2, BACKOFF_MAX)
             elif now >= child.next_start:
                 child.next_start = 0.0
                 child.restarts += 1

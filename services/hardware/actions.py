@@ -4,6 +4,7 @@ validated against the layout, free of nameko."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from services.hardware import plc as P
@@ -54,6 +55,8 @@ class ActionResult:
     data: dict[str, Any] = field(default_factory=dict)
     error_code: str | None = None
     error_message: str | None = None
+    # When the outcome was known (this process's clock, ISO-8601).
+    finished_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     @property
     def event_type(self) -> str:
@@ -70,6 +73,7 @@ class ActionResult:
             "action": self.request.action,
             "actionId": self.request.action_id,
             "durationMs": self.duration_ms,
+            "finishedAt": self.finished_at,
         }
         if self.ok:
             out["data"] = self.data

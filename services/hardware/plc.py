@@ -85,6 +85,9 @@ PLC_ERRORS = {
 }
 
 
+ERR_SOURCE_EMPTY = 1  # refused before moving: reported as SOURCE_EMPTY, not PLC_ERROR
+
+
 def plc_error_message(code: int) -> str:
     return f"PLC error {code}: {PLC_ERRORS.get(code, 'unknown error')}"
 

@@ -60,6 +60,10 @@ class ActionRunner:
 
     def _robot(self, action_id: int, cmd: RobotCommand, started: float) -> dict:
         base = self.map.robot_base
+        # A robot still busy with an action a previous instance of this service sent
+        # (it was restarted mid-action) ignores a new command: wait until it is done.
+        while self.link.read(base + P.R_STATE, 1)[0] == P.ROBOT_BUSY:
+            self._wait(started, f"robot busy before action {action_id}")
         params = [cmd.code, cmd.src[0], cmd.src[1], cmd.dst[0], cmd.dst[1], cmd.aux_slot,
                   *P.split_u32(cmd.job_id), *P.split_u32(cmd.job2_id)]
         self.link.write(base + P.R_CMD_CODE, params)
@@ -69,7 +73,8 @@ class ActionRunner:
             _ack, state, done_id, error = self.link.read(base + P.R_ACK_ID, 4)
             if done_id == action_id:
                 if state == P.ROBOT_ERROR or error:
-                    raise PlcUnavailable("PLC_ERROR", P.plc_error_message(error))
+                    code = "SOURCE_EMPTY" if error == P.ERR_SOURCE_EMPTY else "PLC_ERROR"
+                    raise PlcUnavailable(code, P.plc_error_message(error))
                 break
             self._wait(started, f"robot action {action_id}")
         if cmd.code == P.CMD_SCAN:

@@ -12,6 +12,7 @@ line_controller may have missed it while the service was down).
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from services.hardware import plc as P
@@ -46,6 +47,9 @@ def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:
                           "fault": block[P.M_FAULT] or None, "slots": slots})
     return {
         "connected": True,
+        # When the registers were read (this process's clock): the line_controller
+        # keeps the newest of several observations of the dock.
+        "observedAt": datetime.now(UTC).isoformat(),
         "robot": {"state": ("IDLE", "BUSY", "DONE", "ERROR")[state] if state < 4 else str(state),
                   "ackId": ack, "doneId": done_id, "errorCode": error or None},
         "dock": {"pieces": pieces, "arrivals": arrival_seq},
@@ -82,7 +86,7 @@ class SignalWatcher:
             signals.append((ev.PLC_CONNECTION, {"connected": True}))
         dock = state["dock"]
         if dock["arrivals"] != self._arrival_seq and (self._arrival_seq is not None or dock["pieces"]):
-            signals.append((ev.PALLET_ARRIVED, {"count": dock["pieces"]}))
+            signals.append((ev.PALLET_ARRIVED, {"count": dock["pieces"], "observedAt": state["observedAt"]}))
         self._arrival_seq = dock["arrivals"]
         for machine in state["equipment"]:
             inspection = self.layout.equipment_by_id(machine["id"]).inspection

@@ -50,6 +50,7 @@ class ActionExecutor:
 
     def apply(self, db: DBState, action: Action) -> list[HardwareRequest]:
         if isinstance(action, Refill):
+            db.take_dock_pieces(len(action.assignments))
             taken = db.buffer_occupancy()
             requests = []
             # The robot runs them one after another: each deadline allows for those before it.
@@ -126,14 +127,22 @@ def take_out(db: DBState, job, terminal: str) -> list[HardwareRequest]:
     no other robot action (a refill into that slot) is chosen before it ends.
     Its params carry no ``jobIds``: the job is terminal, its result is not stale."""
     slot = job.temp_slot_no
-    db.finish_job(job.id, terminal)
+    finished = db.finish_job(job.id, terminal)
     if slot is None or job.position_type != "ON_BUFFER":
         return []
+    return take_out_again(db, finished, slot)
+
+
+def take_out_again(db: DBState, job, buffer_slot: int | None) -> list[HardwareRequest]:
+    """The ``BUFFER_TO_DOCK`` task for a terminal job's piece on ``buffer_slot``
+    (also once more, when a restart lost the first one's outcome and it did not happen)."""
+    if buffer_slot is None:
+        return []
     task = db.create_task(ev.BUFFER_TO_DOCK, job_id=job.id, work_order_id=job.work_order_id,
-                          params={"bufferSlot": slot, "finished": terminal},
+                          params={"bufferSlot": buffer_slot, "finished": job.status},
                           timeout_seconds=OUT_TIMEOUT_SECONDS)
     db.start_task(task.id)
-    return [HardwareRequest("buffer_to_dock", task.id, ROBOT_FAILED, {"slot_no": slot, "job_id": job.id})]
+    return [HardwareRequest("buffer_to_dock", task.id, ROBOT_FAILED, {"slot_no": buffer_slot, "job_id": job.id})]
 
 
 def advance_after_step(db: DBState, job) -> list[HardwareRequest]:
@@ -192,12 +201,25 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
     return []
 
 
-def apply_task_failure(db: DBState, task, error_code: str) -> None:
+def apply_task_failure(db: DBState, task, error_code: str, *, finished_at: str | None = None) -> None:
     """``task`` has just been concluded FAILED: its jobs SUSPENDED (nothing moved:
     the request was refused) or ERROR (where the piece is is uncertain), with an
-    alarm and a manual action."""
+    alarm and a manual action. A refill from an empty dock is no fault: its
+    piece simply waits at the dock again."""
     error_message = task.error_message
     params = task.params or {}
+    if task.kind == ev.DOCK_TO_BUFFER and error_code == "SOURCE_EMPTY":
+        # The dock ran out (the PLC says so, and nothing moved): not a fault. The
+        # piece goes back to waiting at the dock for the next pallet.
+        db.observe_dock(0, finished_at)
+        for job_id in params.get("jobIds", []):
+            before, job = params["before"][str(job_id)], db.job(job_id)
+            if job.status in ("PAUSED", "SUSPENDED"):  # held meanwhile: held at the dock
+                restore_job(db, job_id, before, status=job.status, held_status=before["status"])
+            else:
+                restore_job(db, job_id, before, status=before["status"], held_status=None)
+        db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
+        return
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
                            job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
@@ -220,6 +242,8 @@ def apply_task_failure(db: DBState, task, error_code: str) -> None:
             ["RETRY", "SCRAP"], equipment_id=task.equipment_id, alarm_id=alarm.id,
             context={"taskId": task.id, "jobIds": list((params.get("jobs") or {}).values())})
         return
+    if task.kind == ev.DOCK_TO_BUFFER and error_code == "REJECTED":
+        db.give_back_dock_pieces(1)  # refused before it moved: the piece is still at the dock
     for job_id in params.get("jobIds", []):
         if error_code == "REJECTED":
             before = params["before"][str(job_id)]

@@ -389,6 +389,39 @@ class DBState:
                 "DELETE FROM equipment_slot WHERE equipment_id = :id AND slot_no > :c AND status = 'EMPTY'"),
                 {"id": e.id, "c": e.slots})
 
+    # -- dock ------------------------------------------------------------------------
+
+    def dock_pieces(self) -> int | None:
+        """Pieces at the dock no refill has claimed; None: the PLC has not said yet."""
+        return self._one("SELECT pieces_waiting FROM dock WHERE id = 1").pieces_waiting
+
+    def observe_dock(self, pieces: int, observed_at: str | datetime | None) -> None:
+        """The PLC's count of pieces at the dock, read at ``observed_at`` (None:
+        now). Ignored when a newer reading has been applied already."""
+        row = self._one(
+            "UPDATE dock SET pieces_waiting = :n, observed_at = COALESCE(CAST(:t AS timestamptz), now()), "
+            "updated_at = now() WHERE id = 1 AND (observed_at IS NULL "
+            "OR observed_at <= COALESCE(CAST(:t AS timestamptz), now())) "
+            "RETURNING pieces_waiting", n=max(0, int(pieces)), t=observed_at)
+        if row is not None:
+            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+
+    def take_dock_pieces(self, count: int) -> None:
+        """A refill claims ``count`` pieces; refused if the dock is known to hold fewer."""
+        row = self._must(self._one(
+            "UPDATE dock SET pieces_waiting = pieces_waiting - :n, updated_at = now() WHERE id = 1 "
+            "AND (pieces_waiting IS NULL OR pieces_waiting >= :n) RETURNING pieces_waiting", n=count),
+            f"the dock holds fewer than {count} unclaimed pieces")
+        if row.pieces_waiting is not None:
+            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+
+    def give_back_dock_pieces(self, count: int) -> None:
+        """A refill that moved nothing: its piece is still at the dock."""
+        row = self._one("UPDATE dock SET pieces_waiting = pieces_waiting + :n, updated_at = now() "
+                        "WHERE id = 1 AND pieces_waiting IS NOT NULL RETURNING pieces_waiting", n=count)
+        if row is not None:
+            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+
     # -- tasks -----------------------------------------------------------------------
 
     def create_task(self, kind: str, *, job_id: int | None, work_order_id: int | None = None,

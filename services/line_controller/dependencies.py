@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
 PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
-# A step's deadline (task.deadline_at); past it a StepTimeout suspends the job.
-# Above the hardware's own action timeout (120 s), so its Failed result comes first.
-STEP_TIMEOUT_SECONDS = 150.0
+# A step's deadline (task.deadline_at); past it a StepTimeout suspends the job:
+# LINECTL_STEP_TIMEOUT_SECONDS (default 150 s, above the hardware's own 120 s action
+# timeout, so its Failed result comes first); the nameko config key
+# LINECTL_STEP_TIMEOUT overrides it per container (tests).
 
 
 class LineEventPublisher(EventDispatcher):
@@ -103,7 +104,7 @@ class ProductionLoop(DependencyProvider):
         layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
         self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
                               action_timeout_seconds=float(config.get(
-                                  "LINECTL_STEP_TIMEOUT", STEP_TIMEOUT_SECONDS)))
+                                  "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)))
         self.loop.hardware = NamekoHardwarePort(config, self.loop)
 
     def start(self):

@@ -256,6 +256,8 @@ class InspectionResult:
 @dataclass(frozen=True)
 class PalletArrived:
     count: int = 1
+    # When the hardware read the dock (its clock): an older reading never overrides a newer one.
+    observed_at: str | None = _key("observedAt", None)
 
 
 @dataclass(frozen=True)
@@ -302,6 +304,7 @@ class _Failed:
     action_id: int | None = _key("actionId", None)
     error_code: str = _key("errorCode", "PLC_ERROR")
     error_message: str | None = _key("errorMessage", None)
+    finished_at: str | None = _key("finishedAt", None)
 
 
 class RobotActionSucceeded(_Succeeded):

@@ -4,7 +4,7 @@ these models and the migrations agree.
 
 Two bounded contexts share the database:
 
-* line control (seed 004): work_order, job, equipment, equipment_slot, task,
+* line control (seed 004): work_order, job, equipment, equipment_slot, dock, task,
   alarm, manual_action, event_log, loop_message, audit_log. Only the
   line_controller's event loop writes them.
 * AI Runtime jobs (seed 000): ai_runtime_job, ai_runtime_result,
@@ -167,6 +167,25 @@ class Equipment(Base):
     slot_count: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="IDLE")
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    updated_at: Mapped[datetime] = _now()
+
+
+class Dock(Base):
+    """The docking station (接驳台): how many new pieces wait there that no
+    refill has claimed yet. One row. ``pieces_waiting`` is NULL until the PLC
+    has reported the dock once (then refills are not limited by it); the loop
+    sets it from the PLC (start-up check, pallet arrivals, a refill that found
+    the dock empty) and takes from it when it assigns a refill. See
+    ``docs/scheduler.md`` (Refill)."""
+
+    __tablename__ = "dock"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),
+                      CheckConstraint("pieces_waiting >= 0", name="pieces_not_negative"))
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, server_default="1")
+    pieces_waiting: Mapped[int | None] = mapped_column(Integer)
+    # The hardware's time of the PLC reading last applied: a late, older reading is ignored.
+    observed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = _now()
 
 

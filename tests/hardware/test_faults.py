@@ -4,6 +4,7 @@ and the service carries on by itself once the fault is gone."""
 import pytest
 from nameko.testing.services import entrypoint_hook
 
+from services.hardware import plc as P
 from services.hardware.service import HardwareService
 from services.hardware.sim.server import LineSimulator
 from shared import events as ev
@@ -34,9 +35,30 @@ def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, receive
     event_type, payload = outcome(hardware, received, "dock_to_buffer", "t3", 1)
     assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "PLC_ERROR")
     assert "occupied" in payload["errorMessage"]
-    # tools fail as tool actions
+    # tools fail as tool actions (nothing on slot 5 to scan)
     event_type, payload = outcome(hardware, received, "scan", "t4", 5)
-    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "PLC_ERROR")
+    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "SOURCE_EMPTY")
+
+
+def test_a_robot_still_busy_from_a_killed_instance_is_waited_for(hardware, received, sim):
+    model, r = sim.model, sim.model.map.robot_base
+    model.mem[r + P.R_STATE] = P.ROBOT_BUSY  # the action a killed instance sent is still running
+    free_at = model.now() + 400.0  # 2 s here; a command written meanwhile would be ignored
+    model._after(400.0, lambda: model.mem.__setitem__(r + P.R_STATE, P.ROBOT_DONE))
+
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "w", 1, job_id=5)
+
+    assert event_type == ev.ROBOT_ACTION_SUCCEEDED, payload
+    assert model.robot_log[-1][2] >= free_at  # written once the robot was free, not before
+
+
+def test_an_empty_dock_is_source_empty_and_moves_nothing(hardware, received, sim):
+    for slot in range(1, 5):  # the first pallet: 4 pieces
+        assert outcome(hardware, received, "dock_to_buffer", f"d{slot}", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    event_type, payload = outcome(hardware, received, "dock_to_buffer", "d5", 5)
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "SOURCE_EMPTY")
+    assert "no piece" in payload["errorMessage"] and payload["finishedAt"]
+    assert sim.model.mem[sim.model.map.buffer_base + 4] == 0  # buffer slot 5 still empty
 
 
 def test_machine_fault_fails_the_start_until_cleared(hardware, received, control):

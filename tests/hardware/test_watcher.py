@@ -1,5 +1,7 @@
 """The signal watcher: one event per edge, never one per poll."""
 
+from datetime import UTC, datetime
+
 from nameko.testing.services import entrypoint_hook
 
 from services.hardware.plc import PlcLink
@@ -30,18 +32,25 @@ def test_done_edges_are_reported_once_each(hardware, received, sim):
     assert len(received.of(ev.PLC_CONNECTION)) == 1
 
 
+def _untimed(signals):
+    """Signals without their observation time (checked once, below)."""
+    return [(t, {k: v for k, v in p.items() if k != "observedAt"}) for t, p in signals]
+
+
 def test_watcher_edges_directly_against_the_simulator(layout, sim):
     watcher = SignalWatcher(PlcLink(sim.host, sim.port, layout.plc.unit_id), layout)
+    before = datetime.now(UTC)
     first = watcher.poll()
-    assert first == [(ev.PLC_CONNECTION, {"connected": True}), (ev.PALLET_ARRIVED, {"count": 4})]
+    assert _untimed(first) == [(ev.PLC_CONNECTION, {"connected": True}), (ev.PALLET_ARRIVED, {"count": 4})]
+    assert before <= datetime.fromisoformat(first[1][1]["observedAt"]) <= datetime.now(UTC)
     assert watcher.poll() == [] and watcher.poll() == []
     # a done slot and a new pallet appear between two polls: one event each
     model = sim.model
     wash = layout.plc.for_equipment("WASH1")
     model.mem[wash.base + 8 + 8 + 1] = 1  # slot 2 done
     model.mem[layout.plc.dock_base + 1] += 1  # another pallet arrival
-    assert watcher.poll() == [(ev.PALLET_ARRIVED, {"count": 4}),
-                              (ev.MACHINE_DONE, {"machineId": "WASH1", "slotNo": 2})]
+    assert _untimed(watcher.poll()) == [(ev.PALLET_ARRIVED, {"count": 4}),
+                                        (ev.MACHINE_DONE, {"machineId": "WASH1", "slotNo": 2})]
     assert watcher.poll() == []
     model.mem[wash.base + 8 + 8 + 1] = 0  # unloaded: the falling edge is silent
     assert watcher.poll() == []
@@ -54,7 +63,7 @@ def test_the_dock_refills_after_it_runs_empty(hardware, received):
     for slot in range(1, 5):
         assert run(hardware, received, "dock_to_buffer", "d", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
     wait_for(lambda: len(received.of(ev.PALLET_ARRIVED)) == 2, 20, message="a second pallet")
-    assert received.of(ev.PALLET_ARRIVED) == [{"count": 4}, {"count": 4}]
+    assert [p["count"] for p in received.of(ev.PALLET_ARRIVED)] == [4, 4]
 
 
 def test_a_new_piece_done_on_the_same_slot_between_two_polls_is_an_edge(layout, sim):
@@ -80,7 +89,7 @@ def test_buffer_to_dock_takes_a_finished_piece_out(hardware, received, sim):
     assert run(hardware, received, "buffer_to_dock", "o", 3, 31)[0] == ev.ROBOT_ACTION_SUCCEEDED
     assert sim.model.mem[layout_buffer(sim, 3)] == 0
     t, p = run(hardware, received, "buffer_to_dock", "o2", 3, 31)  # nothing there any more
-    assert (t, p["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "PLC_ERROR")
+    assert (t, p["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "SOURCE_EMPTY")
 
 
 def layout_buffer(sim, slot_no):

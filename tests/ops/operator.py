@@ -32,12 +32,17 @@ def _buffer_occupied(plc, slot_no):
 
 
 def answer_for(action: dict, task: dict | None, plc: dict) -> str:
-    """What the cell shows: did the interrupted action happen?"""
+    """What the cell shows: did the interrupted action happen? Did the cycle end?"""
+    if action["kind"] == "RECOVERY_MACHINE_IDLE_BUT_DB_RUNNING":
+        machine = next((m for m in plc.get("equipment", []) if m["id"] == action["equipmentId"]), {})
+        return "CYCLE_DONE" if any(s.get("done") for s in machine.get("slots", [])) else "CONFIRM"
     if action["kind"] != "RECOVERY_TASK_OUTCOME_UNKNOWN" or task is None:
         return "CONFIRM"
     params, kind = task.get("params") or {}, task["kind"]
     if kind == ev.DOCK_TO_BUFFER:
         return "ACTION_DONE" if _buffer_occupied(plc, params.get("bufferSlot")) else "CONFIRM"
+    if kind == ev.BUFFER_TO_DOCK:
+        return "CONFIRM" if _buffer_occupied(plc, params.get("bufferSlot")) else "ACTION_DONE"
     if kind == ev.BUFFER_TO_EQUIPMENT:
         return "ACTION_DONE" if _slot(plc, task["equipmentId"], task["slotNo"]).get("occupied") else "CONFIRM"
     if kind == ev.EQUIPMENT_TO_BUFFER:

@@ -134,6 +134,14 @@ class Stack:
         except OSError:
             return 0, {}
 
+    def database_url(self) -> str:
+        """The embedded PostgreSQL's URL, as the start-up summary prints it."""
+        return next(line.split()[1] for line in self.lines if line.startswith("database: "))
+
+    def amqp_uri(self) -> str:
+        """The transport the stack runs on (pgsql:// on its database unless told otherwise)."""
+        return self.env.get("LINECTL_AMQP_URI") or "pgsql://" + self.database_url().split("://", 1)[1]
+
     def token(self, role: str = "operator") -> str:
         """A token from the file ``up`` generated (``role:token,role:token``)."""
         for pair in (self.data_dir / "tokens").read_text().strip().split(","):

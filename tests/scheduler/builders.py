@@ -30,6 +30,7 @@ BRACKET = (
 class Line:
     def __init__(self, buffer_size: int = 8):
         self.buffer_size = buffer_size
+        self.dock_pieces: int | None = None  # not reported: no limit
         self.orders: dict[int, OrderView] = {}
         self.jobs: dict[int, JobView] = {}
         self.machines: dict[str, dict] = {}
@@ -107,4 +108,5 @@ class Line:
         return SystemState(
             now=T0, buffer_size=self.buffer_size, orders=tuple(self.orders.values()),
             jobs=tuple(self.jobs.values()), equipment=equipment, open_tasks=tuple(self.tasks),
+            dock_pieces=self.dock_pieces,
         )

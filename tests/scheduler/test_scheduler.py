@@ -62,6 +62,34 @@ def test_start_with_fewer_pieces_than_slots_brings_them_all(scheduler):
     assert action == Refill(tuple(RefillAssignment(j, s) for j, s in zip(jobs, (1, 2, 3), strict=True)))
 
 
+@pytest.mark.parametrize(("dock_pieces", "brought"), [(None, 8), (8, 8), (3, 3), (0, 0)])
+def test_a_refill_never_takes_more_than_the_dock_holds(scheduler, dock_pieces, brought):
+    line = Line()
+    line.order(1)
+    jobs = line.on_dock(1, 12)
+    line.dock_pieces = dock_pieces
+
+    action = robot_action(scheduler, line.state())
+
+    if brought == 0:
+        assert action is None  # nothing to do but wait for the next pallet
+    else:
+        assert action == Refill(tuple(RefillAssignment(j, s)
+                                      for j, s in zip(jobs[:brought], range(1, brought + 1), strict=True)))
+
+
+def test_after_a_short_pallet_the_next_one_is_brought_by_the_usual_rule(scheduler):
+    line = Line()
+    _buffer_with(line, [1, 2, 3])  # a short first pallet came in
+    line.order(1)
+    jobs = line.on_dock(1, 9)
+    line.dock_pieces = 4  # the next pallet
+
+    action = robot_action(scheduler, line.state())
+
+    assert action == Refill(tuple(RefillAssignment(j, s) for j, s in zip(jobs[:4], (4, 5, 6, 7), strict=True)))
+
+
 def _buffer_with(line, taken_slots):
     """Occupy buffer slots with pieces that have nothing to do (their machine
     kind does not exist), so only refill is left."""

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from shared import events as ev
 from shared.db.models import JOB_TERMINAL
 
 from .. import messages as m
 from .. import recovery as r
-from ..actions import apply_task_success, mark_slot_done, scrap_job
+from ..actions import apply_task_success, mark_slot_done, scrap_job, take_out_again
 from ..dbstate import Rejected
 
 OUTCOME_UNKNOWN = "RECOVERY_OUTCOME_UNKNOWN"
@@ -103,6 +104,10 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             alarm_id=alarm.id,
             context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id})
         created.append(action.id)
+    dock = (evt.plc_state or {}).get("dock") if not evt.hardware_started_at else None
+    if dock is not None and (evt.plc_state or {}).get("connected"):
+        # The PLC's count is the truth now that no refill runs any more.
+        db.observe_dock(dock["pieces"], evt.plc_state.get("observedAt"))
     db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
                                 "plcConnected": bool((evt.plc_state or {}).get("connected"))})
     return {"inconsistencies": len(found), "manualActionIds": created}
@@ -180,6 +185,13 @@ def resolve_recovery(db, action, resolution: str) -> list:
 
 def _resolve_task(db, action, task, job_ids, resolution):
     params = task.params or {}
+    if task.kind == ev.BUFFER_TO_DOCK:
+        # A finished piece on its way out (its job is terminal already): if it did
+        # not leave, it is taken out again; nothing else depends on it.
+        job = db.job(task.job_id)
+        if resolution == "CONFIRM" and job is not None:
+            return take_out_again(db, job, params.get("bufferSlot"))
+        return []
     if resolution == "ACTION_DONE":
         for job_id in job_ids:
             _release(db, action, job_id)

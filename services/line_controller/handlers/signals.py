@@ -115,8 +115,11 @@ def inspection_result(evt: m.InspectionResult, ctx):
 
 
 def pallet_arrived(evt: m.PalletArrived, ctx):
-    """New pieces at the dock: recorded; the scheduling round that follows refills."""
+    """New pieces at the dock: the PLC's count is what refills may take (refills
+    still on their way may already count in it: a refill that then finds the
+    dock empty costs a robot move, nothing else); the round that follows refills."""
     ctx.db.emit("PalletArrived", {"count": evt.count})
+    ctx.db.observe_dock(evt.count, evt.observed_at)
 
 
 def refill_requested(evt: m.RefillRequested, ctx):

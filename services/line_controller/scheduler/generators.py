@@ -119,8 +119,10 @@ class StartLoaded:
 class RefillFromDock:
     """The seed's refill rule: when the buffer is empty (the start), fill every
     slot; afterwards, once at least ``threshold`` slots are free, bring
-    ``batch_size``. Pieces are taken most urgent first and given the lowest
-    free slots, so the choice is deterministic."""
+    ``batch_size``; never more than the dock holds (a short pallet is taken
+    as it is, the rest follows when the next pallet arrives). Pieces are taken
+    most urgent first and given the lowest free slots, so the choice is
+    deterministic."""
 
     def __init__(self, threshold: int = 4, batch_size: int = 4):
         self.threshold = threshold
@@ -137,6 +139,8 @@ class RefillFromDock:
         busy = state.jobs_with_open_task
         pieces = [j for j in state.dock_jobs if j.id not in busy]
         count = min(count, len(free), len(pieces))
+        if state.dock_pieces is not None:  # never send the robot to an empty dock
+            count = min(count, state.dock_pieces)
         if count:
             yield Refill(assignments=tuple(
                 RefillAssignment(job_id=job.id, buffer_slot=slot)

@@ -32,6 +32,7 @@ from shared.db.models import (
     TASK_TERMINAL,
     WORK_ORDER_TERMINAL,
     Alarm,
+    Dock,
     Equipment,
     EquipmentSlot,
     Job,
@@ -179,6 +180,8 @@ class SystemState:
     equipment: tuple[EquipmentView, ...]
     open_tasks: tuple[TaskView, ...] = ()
     faults: tuple[FaultView, ...] = ()
+    # Pieces at the dock no refill has claimed; None: not reported yet (no limit).
+    dock_pieces: int | None = None
 
     # -- indexes (computed once per snapshot) ---------------------------------
 
@@ -318,6 +321,7 @@ _DOCK_HEAD = (
     .order_by(WorkOrder.priority, WorkOrder.created_at, Job.created_at, Job.seq_no, Job.id)
     .limit(bindparam("dock_head"))
 )
+_DOCK = select(Dock.pieces_waiting).where(Dock.id == 1)
 _ORDERS = select(
     WorkOrder.id, WorkOrder.status, WorkOrder.priority, WorkOrder.created_at, WorkOrder.route,
 ).where(or_(
@@ -344,7 +348,7 @@ _OPEN_ALARMS = (
 
 
 def build_system_state(session: Session, layout: Layout, now: datetime) -> SystemState:
-    """Read one snapshot from the DB. Reads only; six SELECTs, no writes.
+    """Read one snapshot from the DB. Reads only; seven SELECTs, no writes.
 
     Live jobs are read whole except those still at the docking station: of
     those only the head of the dock queue (``buffer_size`` pieces, the most a
@@ -399,4 +403,5 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> Syste
     return SystemState(
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
         equipment=equipment, open_tasks=open_tasks, faults=faults,
+        dock_pieces=conn.execute(_DOCK).scalar(),
     )

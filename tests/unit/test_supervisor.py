@@ -1,0 +1,38 @@
+"""The supervisor's restart policy on real child processes: a crash loop backs
+off, a process that had been running comes back at once."""
+
+import os
+import sys
+import time
+
+from shared import supervisor
+from shared.supervisor import ProcessSpec, Supervisor
+from tests.support.waiting import wait_for
+
+
+def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypatch):
+    monkeypatch.setattr(supervisor, "STABLE_SECONDS", 0.5)
+    monkeypatch.setattr(supervisor, "BACKOFF_FIRST", 0.05)
+    sup = Supervisor([ProcessSpec("crashing", [sys.executable, "-c", "raise SystemExit(3)"]),
+                      ProcessSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"])],
+                     env=dict(os.environ))
+    crashing, steady = sup.children
+    with open(os.devnull, "w") as devnull:
+        for child in sup.children:
+            child.out = devnull
+            child.start()
+        try:
+            wait_for(lambda: sup._watch() or crashing.restarts >= 4, 30, 0.01, "four restarts")
+            assert crashing.backoff >= 0.05 * 2 ** 4  # doubled at every quick death
+
+            # steady has run for longer than STABLE_SECONDS by now: killed, it restarts at once
+            assert time.monotonic() - steady.started_at >= 0.5
+            first = steady.proc.pid
+            steady.proc.kill()
+            steady.proc.wait()
+            wait_for(lambda: sup._watch() or (steady.alive() and steady.proc.pid != first), 5, 0.01,
+                     "steady restarted")
+            assert steady.restarts == 1 and steady.backoff == 0.1  # the next delay starts over
+        finally:
+            for child in sup.children:
+                child.stop()
