@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +56,11 @@ class LineHardware:
         self.watcher = SignalWatcher(PlcLink(host, port, self.layout.plc.unit_id,
                                              timeout=self.link.timeout), self.layout)
         self._spawn = spawn
+        # Correlation ids this instance accepted and has not answered yet, and the
+        # last ones it answered: a restarted line_controller need not ask an
+        # operator about an action the hardware still holds or has reported.
+        self._open: dict[str, int] = {}
+        self._answered: deque[str] = deque(maxlen=1000)
         self._next_id = 1
         self._ids_synced = False
         self.durations = Durations()  # per action kind, for status() and /metrics
@@ -82,12 +88,16 @@ class LineHardware:
         return (action_id - 1) % 0xFFFF + 1  # 1..65535: a register holds it
 
     def publish(self, result: ActionResult) -> None:
+        cid = result.request.correlation_id
+        self._open.pop(cid, None)
+        self._answered.append(cid)
         self.durations.observe(result.request.action, result.duration_ms / 1000.0, not result.ok)
         log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)
         self._dispatch(ev.HARDWARE, result.event_type, result.payload())
 
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
         request = ActionRequest(correlation_id, self.next_action_id(), command)
+        self._open[correlation_id] = request.action_id
         if isinstance(command, MachineStart):
             self._spawn(lambda: self._start_machine(request))
         else:
@@ -105,6 +115,13 @@ class LineHardware:
             return read_state(self.link, self.layout)
         except PlcUnavailable as exc:
             return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
+
+    def known_actions(self) -> dict[str, Any]:
+        """What this instance knows of the actions it accepted: ``open`` (queued
+        or running: a result will come) and ``answered`` (the last 1000
+        correlation ids whose result it has published)."""
+        return {"instanceStartedAt": self.started_at, "open": list(self._open),
+                "answered": list(self._answered)}
 
     def announce_start(self) -> None:
         """Tell the line_controller this is a new instance (``HardwareStarted``):

@@ -80,6 +80,10 @@ class HardwareService:
         return self.hardware.plc_state()
 
     @rpc
+    def known_actions(self):
+        return self.hardware.known_actions()
+
+    @rpc
     def status(self):
         return self.hardware.status()
 

@@ -113,10 +113,13 @@ class ProductionLoop(DependencyProvider):
         self.loop.start(recover=True, plc_state=self._plc_state, plc_wait=PLC_WAIT_SECONDS)
 
     def _plc_state(self):
-        """The hardware's ``plc_state()`` for the start-up recovery check; an
-        exception (no hardware service within the timeout) means unknown."""
+        """The hardware's ``plc_state()`` for the start-up recovery check, with
+        ``knownActions``: the actions the hardware still holds or has answered.
+        An exception (no hardware service within the timeout) means unknown."""
         with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT) as proxy:
-            return getattr(proxy, ev.HARDWARE).plc_state()
+            hardware = getattr(proxy, ev.HARDWARE)
+            known = hardware.known_actions()
+            return {**hardware.plc_state(), "knownActions": known}
 
     def stop(self):
         self.loop.stop()

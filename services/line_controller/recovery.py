@@ -160,7 +160,7 @@ def find_inconsistencies(
         if t.status == "RUNNING":
             found.append(Inconsistency(
                 TASK_OUTCOME_UNKNOWN,
-                f"Task {t.id} ({t.kind}) was running when the line controller stopped; "
+                f"Task {t.id} ({t.kind}) was running when the line controller or the hardware service restarted; "
                 "whether the hardware finished it is unknown.",
                 job_ids=(t.job_id,) if t.job_id else (), equipment_id=t.equipment_id, task_id=t.id,
             ))

@@ -164,3 +164,15 @@ def test_status_reports_the_plc_link_and_action_durations(hardware, received, si
     one = series[ev.DOCK_TO_BUFFER]
     assert (one["count"], one["failures"]) == (1, 0) and one["sum"] > 0
     assert one["buckets"][-1] == 1 and len(one["buckets"]) == len(status["actions"]["le"])
+
+
+def test_known_actions_lists_what_is_held_and_what_was_answered(hardware, received):
+    first = call(hardware, "dock_to_buffer", "k1", 1, job_id=1)
+    second = call(hardware, "dock_to_buffer", "k2", 2, job_id=2)  # queued behind the first
+    known = call(hardware, "known_actions")
+    assert set(known["open"]) == {"k1", "k2"} and known["answered"] == []
+    received.result(first["actionId"])
+    received.result(second["actionId"])
+    known = call(hardware, "known_actions")
+    assert (known["open"], known["answered"]) == ([], ["k1", "k2"])
+    assert known["instanceStartedAt"]

@@ -129,6 +129,26 @@ def test_a_task_in_flight_is_closed_and_confirm_puts_the_piece_back(harness, res
     assert again.alarms(r.TASK_OUTCOME_UNKNOWN)[0].status == "CLEARED"
 
 
+def test_a_task_the_hardware_still_holds_or_answered_is_no_question(harness, restart):
+    oid, jobs = harness.started_order(quantity=3)
+    held, answered, lost = (harness.act(Refill(j, n)) for j, n in zip(jobs, (1, 2, 3), strict=True))
+    # The controller dies; the hardware, still running, holds the first and has
+    # answered the second (its result waits in the queue); the third it never got.
+    known = {"open": [str(held.task_id)], "answered": [str(answered.task_id)]}
+    h = restart(lambda: {**plc(), "knownActions": known})
+
+    result = h.recover()
+
+    assert result["inconsistencies"] == 1
+    (action,) = [a for a in h.manual_actions(r.TASK_OUTCOME_UNKNOWN) if a.status == "OPEN"]
+    assert action.context["taskId"] == lost.task_id
+    for req, job_id in ((held, jobs[0]), (answered, jobs[1])):
+        assert h.row("SELECT status FROM task WHERE id = :id", id=req.task_id).status == "RUNNING"
+        assert h.job(job_id).status == "MOVING"
+        assert h.succeed(req).status == "HANDLED"  # its result concludes it as usual
+        assert (h.job(job_id).status, h.job(job_id).position_type) == ("QUEUED", "ON_BUFFER")
+
+
 def test_action_done_applies_the_unreported_success(harness, restart):
     oid, jobs = harness.started_order(quantity=2)
     harness.on_buffer(jobs[0], 1)

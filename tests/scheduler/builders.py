@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.line_controller.scheduler import (
     EquipmentView,
+    FaultView,
     JobView,
     OrderView,
     SlotView,
@@ -35,6 +36,7 @@ class Line:
         self.jobs: dict[int, JobView] = {}
         self.machines: dict[str, dict] = {}
         self.tasks: list[TaskView] = []
+        self.faults: list[FaultView] = []
         self._next_job = 1
         self._next_task = 1
 
@@ -95,6 +97,14 @@ class Line:
                                    equipment_id=equipment_id, slot_no=slot_no))
         return task_id
 
+    def lost_task(self, equipment_id: str | None = None, slot_no: int | None = None,
+                  buffer_slot: int | None = None, code: str = "RECOVERY_TASK_OUTCOME_UNKNOWN") -> None:
+        """An open alarm about a task whose outcome is unknown (or that failed)."""
+        task_id = self._next_task
+        self._next_task += 1
+        self.faults.append(FaultView(id=len(self.faults) + 1, code=code, equipment_id=equipment_id,
+                                     task_id=task_id, slot_no=slot_no, buffer_slot=buffer_slot))
+
     # -- the snapshot ------------------------------------------------------------
 
     def state(self) -> SystemState:
@@ -108,5 +118,5 @@ class Line:
         return SystemState(
             now=T0, buffer_size=self.buffer_size, orders=tuple(self.orders.values()),
             jobs=tuple(self.jobs.values()), equipment=equipment, open_tasks=tuple(self.tasks),
-            dock_pieces=self.dock_pieces,
+            dock_pieces=self.dock_pieces, faults=tuple(self.faults),
         )

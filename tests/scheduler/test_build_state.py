@@ -65,6 +65,29 @@ def set_slot(session, equipment_id, slot_no, status, job):
     session.flush()
 
 
+def test_an_alarm_about_a_task_puts_its_positions_in_question(session):
+    add_line(session)
+    order = add_order(session, "WO-1")
+    job = add_job(session, order, 1, status="SUSPENDED", position_type="ON_ROBOT", temp_slot_no=2)
+    load = Task(kind="BUFFER_TO_EQUIPMENT", status="FAILED", job_id=job.id, equipment_id="MC1", slot_no=1)
+    take_out = Task(kind="BUFFER_TO_DOCK", status="FAILED", job_id=job.id, params={"bufferSlot": 6})
+    session.add_all([load, take_out])
+    session.flush()
+    session.add_all([Alarm(code="RECOVERY_TASK_OUTCOME_UNKNOWN", message="x", equipment_id="MC1",
+                           task_id=load.id),
+                     Alarm(code="ACTION_FAILED", message="y", task_id=take_out.id),
+                     Alarm(code="ACTION_FAILED", message="cleared", task_id=take_out.id, status="CLEARED")])
+    session.commit()
+
+    state = build_system_state(session, LAYOUT, T0)
+
+    assert [(f.task_id, f.slot_no, f.buffer_slot) for f in state.faults] == [
+        (load.id, 1, None), (take_out.id, None, 6)]
+    assert state.slots_in_question == {("MC1", 1)}
+    assert state.buffer_slots_in_question == {6}
+    assert 6 not in state.free_buffer_slots and 2 not in state.free_buffer_slots
+
+
 def test_snapshot_reads_orders_jobs_slots_tasks_and_faults(session):
     add_line(session)
     order = add_order(session, "WO-1", priority=2)

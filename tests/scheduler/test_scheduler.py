@@ -90,6 +90,42 @@ def test_after_a_short_pallet_the_next_one_is_brought_by_the_usual_rule(schedule
     assert action == Refill(tuple(RefillAssignment(j, s) for j, s in zip(jobs[:4], (4, 5, 6, 7), strict=True)))
 
 
+def test_a_refill_leaves_out_a_buffer_slot_a_lost_take_out_touched(scheduler):
+    line = Line()
+    line.order(1)
+    jobs = line.on_dock(1, 10)
+    line.lost_task(buffer_slot=2)  # a finished piece may still lie there
+
+    action = robot_action(scheduler, line.state())
+
+    assert action.buffer_slots == (1, 3, 4, 5)  # 7 free: the "≥ 4 free → 4" rule
+    assert action.job_ids == tuple(jobs[:4])
+
+
+def test_nothing_is_loaded_into_a_slot_a_lost_load_touched(scheduler):
+    line = Line()
+    line.order(1)
+    line.machine("MC1", slots=2)
+    line.lost_task("MC1", 1)  # a piece may be in MC1:1 already
+    job = line.on_buffer(1, 3)
+
+    action = robot_action(scheduler, line.state())
+
+    assert isinstance(action, Load) and (action.job_id, action.equipment_id, action.slot_no) == (job, "MC1", 2)
+    line.lost_task("MC1", 2)
+    assert robot_action(scheduler, line.state()) is None
+
+
+def test_a_hand_made_load_into_a_slot_in_question_is_filtered_out(scheduler):
+    line = Line()
+    line.order(1)
+    line.machine("MC1")
+    job = line.on_buffer(1, 3)
+    line.lost_task("MC1", 1, code="ACTION_FAILED")
+    from services.line_controller.scheduler.filters import PositionsSettled
+    assert not PositionsSettled().allows(Load(job, 3, "MC1", 1), line.state())
+
+
 def _buffer_with(line, taken_slots):
     """Occupy buffer slots with pieces that have nothing to do (their machine
     kind does not exist), so only refill is left."""

@@ -1,6 +1,11 @@
 """Restart recovery (seed 004, 恢复策略): the start-up check and what an
 operator's answer to a recovery action does.
 
+A task the hardware service still holds or has answered (``knownActions`` in
+the start-up PLC reading) is no question: it stays RUNNING and its result,
+which comes or is already queued, concludes it as usual. Only tasks the
+hardware does not know (it restarted too, or was unreachable) are asked about.
+
 ``RecoveryCheck`` is the loop's first message after a start. It compares the
 DB with itself and with the PLC (``recovery.find_inconsistencies``) and turns
 every disagreement into held jobs (SUSPENDED, ``held_status`` kept), an alarm
@@ -59,6 +64,12 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             for j in db.live_jobs()]
     slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
     open_tasks = {t.id: t for t in db.open_tasks()}
+    known = (evt.plc_state or {}).get("knownActions") or {}
+    reported = {*known.get("open", ()), *known.get("answered", ())}
+    if reported and not evt.hardware_started_at:
+        # The hardware still holds these, or has published their result (waiting in
+        # the queue behind this message): their outcome is not unknown, it comes.
+        open_tasks = {i: t for i, t in open_tasks.items() if str(i) not in reported}
     if evt.hardware_started_at:
         since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
         open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}

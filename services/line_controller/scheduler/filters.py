@@ -217,8 +217,22 @@ class BatchReady:
         )
 
 
+class PositionsSettled:
+    """Nothing goes into a position a failed or lost action touched (an
+    equipment slot, a buffer slot) while its alarm is open: whether a piece is
+    there is the operator's answer, not the scheduler's guess."""
+
+    def allows(self, action, state):
+        for load in _load_parts(action):
+            if (load.equipment_id, load.slot_no) in state.slots_in_question:
+                return False
+        if isinstance(action, Refill):
+            return not set(action.buffer_slots) & state.buffer_slots_in_question
+        return True
+
+
 def default_filters() -> list[Filter]:
     return [
         RobotFree(), ToolFree(), EquipmentUp(), SlotReady(), JobsNotHeld(), JobsAtStep(),
-        BufferCapacity(), BatchNotRunning(), BatchReady(),
+        BufferCapacity(), PositionsSettled(), BatchNotRunning(), BatchReady(),
     ]

@@ -74,15 +74,17 @@ class SwapDone:
 
 class LoadWaiting:
     """A piece waiting for a machine step: onto the lowest EMPTY slot of each
-    machine of that kind."""
+    machine of that kind (not one in question after a lost or failed action)."""
 
     def propose(self, state):
+        blocked = state.slots_in_question
         for job in state.waiting_jobs:
             step = job.next_step
             if not step.on_equipment:
                 continue
             for eq in state.equipment_by_kind.get(step.equipment_kind, ()):
-                slot = next((s for s in eq.slots if s.status == "EMPTY"), None)
+                slot = next((s for s in eq.slots
+                             if s.status == "EMPTY" and (eq.id, s.slot_no) not in blocked), None)
                 if slot is not None:
                     yield Load(job_id=job.id, buffer_slot=job.temp_slot_no,
                                equipment_id=eq.id, slot_no=slot.slot_no)

@@ -163,12 +163,17 @@ class TaskView:
 
 @dataclass(frozen=True)
 class FaultView:
-    """An alarm that is not cleared yet."""
+    """An alarm that is not cleared yet. For an alarm about a task (a failed
+    action, or one whose outcome a restart lost), the positions that task
+    touched: where a piece may be, or not be, until an operator has said."""
 
     id: int
     code: str
     equipment_id: str | None = None
     job_id: int | None = None
+    task_id: int | None = None
+    slot_no: int | None = None      # the task's equipment slot
+    buffer_slot: int | None = None  # the task's buffer slot (refill, take-out)
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,21 @@ class SystemState:
     @cached_property
     def free_buffer_slots(self) -> tuple[int, ...]:
         taken = self.buffer_occupancy
-        return tuple(n for n in range(1, self.buffer_size + 1) if n not in taken)
+        return tuple(n for n in range(1, self.buffer_size + 1)
+                     if n not in taken and n not in self.buffer_slots_in_question)
+
+    @cached_property
+    def slots_in_question(self) -> frozenset[tuple[str, int]]:
+        """Equipment slots a task with an uncleared alarm touched: nothing is
+        loaded there until the operator has said whether a piece is in it."""
+        return frozenset((f.equipment_id, f.slot_no) for f in self.faults
+                         if f.task_id is not None and f.equipment_id and f.slot_no is not None)
+
+    @cached_property
+    def buffer_slots_in_question(self) -> frozenset[int]:
+        """Buffer slots a refill or take-out with an uncleared alarm touched."""
+        return frozenset(f.buffer_slot for f in self.faults
+                         if f.task_id is not None and f.buffer_slot is not None)
 
     @cached_property
     def robot_busy(self) -> bool:
@@ -341,7 +360,9 @@ _OPEN_TASKS = (
     .order_by(Task.id)
 )
 _OPEN_ALARMS = (
-    select(Alarm.id, Alarm.code, Alarm.equipment_id, Alarm.job_id)
+    select(Alarm.id, Alarm.code, Alarm.equipment_id, Alarm.job_id, Alarm.task_id, Task.slot_no,
+           Task.params["bufferSlot"].as_integer())
+    .outerjoin(Task, Task.id == Alarm.task_id)
     .where(Alarm.status.in_(ALARM_OPEN))
     .order_by(Alarm.id)
 )
@@ -397,8 +418,9 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> Syste
         for tid, kind, status, job_id, eq_id, slot_no in conn.execute(_OPEN_TASKS)
     )
     faults = tuple(
-        FaultView(id=aid, code=code, equipment_id=eq_id, job_id=job_id)
-        for aid, code, eq_id, job_id in conn.execute(_OPEN_ALARMS)
+        FaultView(id=aid, code=code, equipment_id=eq_id, job_id=job_id, task_id=task_id,
+                  slot_no=slot_no, buffer_slot=buffer_slot)
+        for aid, code, eq_id, job_id, task_id, slot_no, buffer_slot in conn.execute(_OPEN_ALARMS)
     )
     return SystemState(
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
