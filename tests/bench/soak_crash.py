@@ -40,6 +40,19 @@ def restart_postgres(stack: Stack) -> None:
     EmbeddedPostgres(stack.data_dir / "pg").restart("immediate")
 
 
+def _asked(db_url: str) -> dict[tuple[str, str], int]:
+    """Manual actions by kind and status."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as c:
+            return {(k, s): n for k, s, n in c.execute(text(
+                "SELECT kind, status, count(*) FROM manual_action GROUP BY kind, status"))}
+    finally:
+        engine.dispose()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
@@ -64,8 +77,7 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     t0 = time.monotonic()
     stack.up()
     stack.wait_line("linectl: ready", 180)
-    db_url = next(line.split()[1] for line in stack.lines if line.startswith("database: "))
-    amqp = "pgsql://" + db_url.split("://", 1)[1]
+    db_url, amqp = stack.database_url(), stack.amqp_uri()
     token = stack.token("operator")
     order_id = None
     if args.quantity:
@@ -111,10 +123,17 @@ def run(stack: Stack, args, rng: random.Random) -> int:
                 break
             time.sleep(1.0)
     broken = line_invariants(db_url, order_id)
+    asked = _asked(db_url)
+    if order_id is not None and finished:
+        open_actions = sum(n for (kind, status), n in asked.items() if status == "OPEN")
+        if open_actions:
+            broken.append(f"{open_actions} manual actions still open")
     order = stack.get(f"/api/work-orders/{order_id}", token)[1] if order_id else {}
     print()
     print(f"{'kills':<28}{sum(kills.values())} ({', '.join(f'{k} {v}' for k, v in kills.items())})")
     print(f"{'recovery answers':<28}{answered}")
+    for (kind, status), n in sorted(asked.items()):
+        print(f"{'  ' + kind + ' ' + status:<48}{n}")
     if order_id:
         print(f"{'order':<28}{order.get('status')} completed {order.get('completedQty')} + scrapped "
               f"{order.get('scrappedQty')} of {order.get('quantity')}")
