@@ -69,9 +69,11 @@ class LoopHandle:
     """What an entrypoint gets: enqueue, persist, wait, status, and a message id
     for a hardware event that is stable across redelivery."""
 
-    def __init__(self, loop: EventLoop, worker_ctx):
+    def __init__(self, loop: EventLoop, worker_ctx, command_wait_seconds: float):
         self.loop = loop
         self.worker_ctx = worker_ctx
+        # How long a command waits for its outcome by default (read once, at setup).
+        self.command_wait_seconds = command_wait_seconds
 
     def __getattr__(self, name):
         return getattr(self.loop, name)
@@ -129,4 +131,4 @@ class ProductionLoop(DependencyProvider):
         self.stop()
 
     def get_dependency(self, worker_ctx):
-        return LoopHandle(self.loop, worker_ctx)
+        return LoopHandle(self.loop, worker_ctx, self.settings.command_wait_seconds)

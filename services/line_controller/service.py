@@ -16,7 +16,6 @@ from nameko.rpc import rpc
 from nameko.timer import timer
 
 from shared import events as ev
-from shared.config import load_settings
 
 from .ai_jobs.entrypoints import AiJobsEntrypoints
 from .dependencies import LineEventPublisher, ProductionLoop
@@ -55,7 +54,7 @@ class LineControllerService(AiJobsEntrypoints):
             return _rejected(command_id, "actor: expected a non-empty string" if len(command_id) <= 64
                              else "command_id: longer than 64 characters")
         if wait_seconds is None:
-            wait_seconds = load_settings().command_wait_seconds
+            wait_seconds = self.loop.command_wait_seconds
         if not isinstance(wait_seconds, int | float) or not 0 <= wait_seconds <= 300:
             return _rejected(command_id, "wait_seconds: must be 0..300")
         msg = new_message(type, payload, id=command_id, actor=actor)
