@@ -525,7 +525,12 @@ class Channel(virtual.Channel):
             self._query("DELETE FROM mq_queue WHERE exclusive AND owner_pid = %(pid)s"
                         " AND owner_started = %(started)s", self._lease)
         except psycopg2.Error:
-            pass  # the connection is gone: the sweep of another process cleans up
+            # The connection is gone (the sweep of another process cleans up). Still
+            # end as closed and detached from the transport, as kombu expects: a
+            # consumer's __exit__ must not find a channel of a closed connection.
+            self.closed = True
+            if self.connection is not None:
+                self.connection.close_channel(self)
         finally:
             self._conn.close()
 

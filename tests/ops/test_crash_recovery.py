@@ -6,71 +6,14 @@ again while a machine runs. After each restart an automated operator answers
 the recovery questions by looking at the cell (``tests/ops/operator.py``).
 The order must finish with exact counts and every invariant must hold."""
 
-import os
-import signal
+from sqlalchemy import text
 
-from nameko.standalone.rpc import ClusterRpcProxy
-from sqlalchemy import create_engine, text
-
+from tests.ops.crashing import CARRYING, Line, kill
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import resolve_open_recovery
 from tests.support.waiting import wait_for
 
 QUANTITY = 6
-CARRYING = ("BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP")
-
-
-class Line:
-    """Reads the stack's database directly, and asks the hardware service what it
-    holds: the moment to kill at."""
-
-    def __init__(self, url, amqp_uri):
-        self.engine = create_engine(url, pool_size=1)
-        self.amqp_uri = amqp_uri
-
-    def held_task(self, kinds):
-        """A task RUNNING in the DB that the hardware service has accepted and not answered."""
-        with self.engine.connect() as c:
-            rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k) "
-                                  "ORDER BY id"), {"k": list(kinds)}).scalars().all()
-        if not rows:
-            return None
-        try:
-            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
-                held = set(rpc.hardware.known_actions()["open"])
-        except Exception:  # noqa: BLE001 - restarting: look again
-            return None
-        return next((task_id for task_id in rows if str(task_id) in held), None)
-
-    def running_machine(self):
-        with self.engine.connect() as c:
-            return c.execute(text("SELECT id FROM equipment WHERE status = 'RUNNING' LIMIT 1")).scalar()
-
-    def task(self, task_id):
-        with self.engine.connect() as c:
-            return c.execute(text("SELECT * FROM task WHERE id = :id"), {"id": task_id}).first()
-
-    def actions_about(self, task_id):
-        with self.engine.connect() as c:
-            return c.execute(text("SELECT * FROM manual_action WHERE (context->>'taskId')::int = :id"),
-                             {"id": task_id}).fetchall()
-
-    def open_tasks(self):
-        with self.engine.connect() as c:
-            return c.execute(text("SELECT count(*) FROM task WHERE status IN ('PENDING', 'RUNNING')")).scalar()
-
-
-def kill(stack, name, moment, what):
-    """``kill -9`` process ``name`` as soon as ``moment()`` is true, and wait until
-    its successor is up and the stack is ready again."""
-    found = wait_for(moment, 90, 0.01, what)
-    pid = stack.process(name)
-    os.kill(pid, signal.SIGKILL)
-    mark = len(stack.lines)
-    stack.wait_line(f"{name} exited", after=mark)
-    wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
-    stack.wait_ready(120)
-    return found, mark
 
 
 def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
@@ -91,7 +34,7 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
         assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
 
         # 1. The line_controller, while the hardware holds a refill it sent.
-        refill, mark = kill(stack, "line_controller", lambda: line.held_task(["DOCK_TO_BUFFER"]),
+        refill, mark = kill(stack, "line_controller", lambda: line.held_task(["DOCK_TO_BUFFER"], every=True),
                             "a refill held by the hardware")
         stack.wait_line("recovery check:", after=mark)
         answer()

@@ -196,3 +196,24 @@ def test_a_message_that_keeps_killing_consumers_is_dead_lettered(pgsql_url, db_u
                 timeout=30)
         assert received == []
     assert rows(db_url, "SELECT count(*) FROM mq_message") == [(0,)]
+
+
+def test_a_lost_database_connection_still_closes_channels_cleanly(pgsql_url, db_url):
+    """PostgreSQL restarted under a consumer: closing must still detach every
+    channel (kombu's Consumer.__exit__ reads channel.connection.client)."""
+    lost = Queue("lost", Exchange("lost", "direct"), routing_key="k")
+    received = []
+    conn = Connection(pgsql_url)
+    consumer = Consumer(conn, [lost], callbacks=[lambda b, m: received.append(m)])
+    consumer.consume()
+    Producer(conn).publish({"n": 1}, exchange=lost.exchange, routing_key="k")
+    drain_until(conn, received, 1)
+    received[0].ack()  # recorded; its DELETE rides on the next claim
+    channel = consumer.channel
+    rows(db_url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                 " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+    conn.close()
+
+    assert channel.closed and channel.connection is None
+    consumer.__exit__(None, None, None)  # what kombu's ConsumerMixin runs next: no AttributeError

@@ -1,0 +1,69 @@
+"""Killing the stack's processes at chosen moments (tests/ops crash tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from nameko.standalone.rpc import ClusterRpcProxy
+from sqlalchemy import create_engine, text
+
+from tests.support.waiting import wait_for
+
+CARRYING = ("BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP")
+
+
+class Line:
+    """Reads the stack's database directly, and asks the hardware service what it
+    holds: the moment to kill at."""
+
+    def __init__(self, url, amqp_uri):
+        self.engine = create_engine(url, pool_size=1)
+        self.amqp_uri = amqp_uri
+
+    def held_task(self, kinds, every=False):
+        """A task RUNNING in the DB that the hardware service has accepted and not
+        answered (``every``: and so are all other RUNNING tasks of ``kinds``)."""
+        with self.engine.connect() as c:
+            rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k) "
+                                  "ORDER BY id"), {"k": list(kinds)}).scalars().all()
+        if not rows:
+            return None
+        try:
+            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
+                held = set(rpc.hardware.known_actions()["open"])
+        except Exception:  # noqa: BLE001 - restarting: look again
+            return None
+        if every and not all(str(task_id) in held for task_id in rows):
+            return None
+        return next((task_id for task_id in rows if str(task_id) in held), None)
+
+    def running_machine(self):
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT id FROM equipment WHERE status = 'RUNNING' LIMIT 1")).scalar()
+
+    def task(self, task_id):
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT * FROM task WHERE id = :id"), {"id": task_id}).first()
+
+    def actions_about(self, task_id):
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT * FROM manual_action WHERE (context->>'taskId')::int = :id"),
+                             {"id": task_id}).fetchall()
+
+    def open_tasks(self):
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT count(*) FROM task WHERE status IN ('PENDING', 'RUNNING')")).scalar()
+
+
+def kill(stack, name, moment, what):
+    """``kill -9`` process ``name`` as soon as ``moment()`` is true, and wait until
+    its successor is up and the stack is ready again."""
+    found = wait_for(moment, 90, 0.01, what)
+    pid = stack.process(name)
+    os.kill(pid, signal.SIGKILL)
+    mark = len(stack.lines)
+    stack.wait_line(f"{name} exited", after=mark)
+    wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
+    stack.wait_ready(120)
+    return found, mark
