@@ -17,6 +17,9 @@ import queue
 import threading
 from contextlib import contextmanager
 
+import amqp.exceptions
+import kombu.exceptions
+import psycopg2
 from nameko.exceptions import RpcTimeout, UnknownService
 from nameko.rpc import ServiceProxy
 from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxyBase
@@ -24,6 +27,19 @@ from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxy
 from gateway.errors import ApiError
 
 log = logging.getLogger(__name__)
+
+# A client's connection to the message transport broke (RabbitMQ or PostgreSQL
+# restarted, a network cut): the client is dropped and the call may be retried.
+TRANSPORT_LOST = (OSError, ConnectionError, psycopg2.OperationalError, psycopg2.InterfaceError,
+                  amqp.exceptions.ConnectionError, kombu.exceptions.OperationalError)
+
+
+class TransportLost(ApiError):
+    """503: the transport connection broke during a call (a retry with a fresh
+    client may succeed; commands carry an id, so a retried one runs once)."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(503, "UNAVAILABLE", f"message transport connection lost: {exc}".strip())
 
 
 class _ExpiringClusterProxy(ClusterProxy):
@@ -92,8 +108,8 @@ class RpcPool:
             raise ApiError(503, "UNAVAILABLE", f"service unavailable: {exc}") from None
         except RpcTimeout:
             raise ApiError(503, "UNAVAILABLE", "the service did not answer in time") from None
-        except (OSError, ConnectionError) as exc:
-            raise ApiError(503, "UNAVAILABLE", f"message transport unreachable: {exc}") from None
+        except TRANSPORT_LOST as exc:
+            raise TransportLost(exc) from None
         finally:
             self._slots.release()
 

@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from gateway import schemas
 from gateway.errors import ApiError
+from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
 
 # Commands' error codes from the loop → HTTP status.
@@ -110,11 +111,19 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200):
     The line_controller unreachable → 503 (raised by the RPC pool)."""
     ctx = context()
     command_id = uuid.uuid4().hex
-    with ctx.rpc_pool().client() as rpc:
-        outcome = getattr(rpc, LINE_CONTROLLER).command(
-            command_type, payload, g.actor,
-            command_id=command_id, wait_seconds=ctx.settings.command_wait_seconds,
-        )
+    for attempt in (1, 2):
+        try:
+            with ctx.rpc_pool().client() as rpc:
+                outcome = getattr(rpc, LINE_CONTROLLER).command(
+                    command_type, payload, g.actor,
+                    command_id=command_id, wait_seconds=ctx.settings.command_wait_seconds,
+                )
+            break
+        except TransportLost:
+            # A pooled client's connection died (the broker or database restarted).
+            # Once more on a fresh client with the same id: the loop runs it once.
+            if attempt == 2:
+                raise
     status = outcome.get("status")
     if status == "HANDLED":
         return reply(outcome.get("result") or {}, ok_status)
