@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quantity", type=int, default=12, help="pieces per order (orders follow each other)")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--sim-speed", type=float, default=100.0)
+    parser.add_argument("--sim-speed", type=float, default=20.0)
     parser.add_argument("--finish-seconds", type=float, default=900.0)
     args = parser.parse_args()
     # SIGTERM (e.g. `timeout`) ends the run through the cleanup below, not around it.

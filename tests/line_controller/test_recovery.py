@@ -253,6 +253,24 @@ def test_db_says_running_but_the_plc_is_idle(harness, restart):
     assert h.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "IDLE"
 
 
+def test_confirm_on_an_idle_machine_starts_the_cycle_again(harness, restart, layout):
+    from services.line_controller.scheduler import default_scheduler
+
+    oid, jobs = harness.started_order(quantity=1)
+    harness.on_equipment(jobs[0], "MC1", 1, 1)
+    h = restart(lambda: plc())
+    h.recover()
+    action = h.action(r.MACHINE_IDLE_BUT_DB_RUNNING)
+    assert h.resolve(action, "CONFIRM").status == "HANDLED"
+    job = h.job(jobs[0])
+    assert (job.status, job.position_type, job.position_ref_id) == ("QUEUED", "ON_EQUIPMENT", "MC1:1")
+    assert h.slot("MC1", 1).status == "OCCUPIED"
+    h.loop.scheduler = default_scheduler()
+    h.loop.schedule()
+    (start,) = [q for q in h.hardware.requests if q.rpc == "start_machine"]
+    assert start.kwargs["equipment_id"] == "MC1" and h.job(jobs[0]).status == "PROCESSING"
+
+
 def test_a_done_machine_is_consistent_and_a_loaded_unstarted_batch_too(harness, restart):
     oid, jobs = harness.started_order(quantity=1)
     loaded(harness, jobs[0], "MC1", 1, 1)  # loaded, not started: the PLC is idle

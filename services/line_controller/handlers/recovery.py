@@ -176,7 +176,9 @@ def resolve_recovery(db, action, resolution: str) -> list:
         return _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
     if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
         for job_id in job_ids:
-            _release(db, action, job_id)
+            # CONFIRM: the cycle did not finish; loaded, not started (QUEUED on the
+            # slot), the piece's cycle is started again. CYCLE_DONE: done, below.
+            _release(db, action, job_id, status="QUEUED" if resolution == "CONFIRM" else None)
         if resolution == "CYCLE_DONE":
             for slot in db.slots(action.equipment_id):
                 if slot.status == "OCCUPIED" and slot.current_job_id in job_ids:
