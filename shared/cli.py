@@ -61,7 +61,7 @@ def cmd_up(settings: Settings, args) -> int:
     def summary(sup):
         if any(s.name == "gateway" for s in specs):
             # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
-            ReadinessWatch(page + "readyz", say, sup.stopping).start()
+            ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
         print("linectl is up")
         print(f"database: {url}" + (f" (embedded, data in {server.pgdata})" if server else ""))
         print(f"page: {page}")

@@ -63,13 +63,15 @@ def readiness(url: str, timeout: float = 3.0) -> tuple[bool, str]:
 
 class ReadinessWatch:
     """Polls ``/readyz`` in a thread and says so when the stack becomes ready,
-    stops being ready (naming what is down) and is ready again."""
+    stops being ready (naming what is down) and is ready again; ``on_ready``
+    is called each time it becomes ready."""
 
-    def __init__(self, url: str, say, stopping, interval: float = 0.5):
+    def __init__(self, url: str, say, stopping, interval: float = 0.5, on_ready=None):
         self.url = url
         self.say = say
         self.stopping = stopping  # callable: true once the supervisor is stopping
         self.interval = interval
+        self.on_ready = on_ready
         self.ready_once = threading.Event()
 
     def start(self) -> None:
@@ -82,6 +84,8 @@ class ReadinessWatch:
             if now_ready and not ready:
                 self.say("ready" if not self.ready_once.is_set() else "ready again")
                 self.ready_once.set()
+                if self.on_ready is not None:
+                    self.on_ready()
             elif not now_ready and (ready or (self.ready_once.is_set() and why != reason)):
                 self.say(f"not ready: {why}")
             ready, reason = now_ready, why

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("linectl.up")
 
-# A process that ran this long before it died was not crash-looping (it was
+# A process that ran this long before it died, or that was running when the
+# stack last answered as ready (``mark_healthy``), was not crash-looping (it was
 # killed, or lost its database): it comes back at once, not after a back-off.
 STABLE_SECONDS = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
@@ -93,6 +94,13 @@ class Supervisor:
 
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def mark_healthy(self) -> None:
+        """The whole stack answers as ready: every running process is healthy, so a
+        later death is not part of a crash loop (it restarts after the first delay)."""
+        for child in self.children:
+            if child.alive():
+                child.backoff = BACKOFF_FIRST
 
     def status(self) -> dict[str, bool]:
         return {c.spec.name: c.alive() for c in self.children}

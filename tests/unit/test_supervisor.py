@@ -33,6 +33,11 @@ def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypa
             wait_for(lambda: sup._watch() or (steady.alive() and steady.proc.pid != first), 5, 0.01,
                      "steady restarted")
             assert steady.restarts == 1 and steady.backoff == 0.1  # the next delay starts over
+
+            # killed soon after its restart it would back off, unless the stack was ready meanwhile
+            steady.backoff = 0.8
+            sup.mark_healthy()
+            assert steady.backoff == 0.05
         finally:
             for child in sup.children:
                 child.stop()
