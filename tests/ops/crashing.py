@@ -67,3 +67,33 @@ def kill(stack, name, moment, what):
     wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
     stack.wait_ready(120)
     return found, mark
+
+
+def dump_line(url) -> str:
+    """The line's state for a failure report: live jobs, open tasks, every manual action."""
+    engine = create_engine(url, pool_size=1)
+    out = []
+    try:
+        with engine.connect() as c:
+            for title, sql in (
+                ("orders", "SELECT id, status, completed_qty, scrapped_qty, quantity FROM work_order"),
+                ("live jobs", "SELECT id, status, held_status, position_type, position_ref_id, temp_slot_no,"
+                              " step_index, error_code FROM job WHERE status NOT IN"
+                              " ('COMPLETED', 'SCRAPPED', 'CANCELLED') ORDER BY id"),
+                ("tasks not succeeded", "SELECT id, kind, status, job_id, equipment_id, slot_no, error_code"
+                                        " FROM task WHERE status <> 'SUCCEEDED' ORDER BY id"),
+                ("manual actions", "SELECT id, kind, status, resolution, job_id, equipment_id, context"
+                                   " FROM manual_action ORDER BY id"),
+                ("slots", "SELECT equipment_id, slot_no, status, current_job_id FROM equipment_slot"
+                          " WHERE status <> 'EMPTY'"),
+                ("equipment", "SELECT id, status FROM equipment"),
+                ("dock", "SELECT * FROM dock"),
+            ):
+                out.append(f"-- {title}")
+                out += [str(tuple(r)) for r in c.execute(text(sql))]
+    except Exception as exc:  # noqa: BLE001 - a report, best effort
+        out.append(f"(could not read the line: {exc})")
+    finally:
+        engine.dispose()
+    return "\n".join(out)
+

@@ -35,7 +35,9 @@ def answer_for(action: dict, task: dict | None, plc: dict) -> str:
     """What the cell shows: did the interrupted action happen? Did the cycle end?"""
     if action["kind"] == "RECOVERY_MACHINE_IDLE_BUT_DB_RUNNING":
         machine = next((m for m in plc.get("equipment", []) if m["id"] == action["equipmentId"]), {})
-        return "CYCLE_DONE" if any(s.get("done") for s in machine.get("slots", [])) else "CONFIRM"
+        jobs = set((action.get("context") or {}).get("jobIds") or [])
+        done = [s for s in machine.get("slots", []) if s.get("done") and s.get("jobId") in jobs]
+        return "CYCLE_DONE" if done else "CONFIRM"
     if action["kind"] != "RECOVERY_TASK_OUTCOME_UNKNOWN" or task is None:
         return "CONFIRM"
     params, kind = task.get("params") or {}, task["kind"]
@@ -51,8 +53,13 @@ def answer_for(action: dict, task: dict | None, plc: dict) -> str:
         loaded = _slot(plc, task["equipmentId"], task["slotNo"]).get("jobId")
         return "ACTION_DONE" if loaded == (params.get("jobIds") or [None, None])[-1] else "CONFIRM"
     if kind == ev.START_MACHINE:
+        # Look at the slots this start was for, not the machine: another slot of it
+        # may be running or done with another piece.
         machine = next((m for m in plc.get("equipment", []) if m["id"] == task["equipmentId"]), {})
-        started = machine.get("running") or any(s.get("done") for s in machine.get("slots", []))
+        slots = {s["slotNo"]: s for s in machine.get("slots", [])}
+        started = [n for n, job in (params.get("jobs") or {}).items()
+                   if slots.get(int(n), {}).get("running")
+                   or (slots.get(int(n), {}).get("done") and slots[int(n)].get("jobId") == job)]
         return "ACTION_DONE" if started else "CONFIRM"
     return "CONFIRM"  # a scan or a mark is simply done again
 

@@ -8,7 +8,7 @@ The order must finish with exact counts and every invariant must hold."""
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, Line, kill
+from tests.ops.crashing import CARRYING, Line, dump_line, kill
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import resolve_open_recovery
 from tests.support.waiting import wait_for
@@ -72,6 +72,7 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
         assert stack.terminate() == 0
     except BaseException:
         print(stack.output()[-30000:])  # what the processes said, for the report
+        print(dump_line(stack.database_url()))
         raise
     finally:
         line.engine.dispose()

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.gateway.cdp import CHROMIUM, Browser
-from tests.ops.crashing import CARRYING, Line, kill
+from tests.ops.crashing import CARRYING, Line, dump_line, kill
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import ROBOT_IDLE_WAIT, answer_for, plc_state
 from tests.support.waiting import wait_for
@@ -94,6 +94,7 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
         assert stack.terminate() == 0
     except BaseException:
         print(stack.output()[-30000:])
+        print(dump_line(stack.database_url()))
         raise
     finally:
         line.engine.dispose()
