@@ -77,6 +77,10 @@ MARK = "MARK"
 START_MACHINE = "START_MACHINE"
 BUFFER_TO_DOCK = "BUFFER_TO_DOCK"  # a finished piece leaves the cell
 
+# RPC context data (a nameko header) naming the line_controller instance that sends
+# a hardware request: the hardware fences out instances that have been replaced.
+CONTROLLER_CONTEXT_KEY = "linectl_controller"
+
 # Error codes a *Failed result may carry.
 HW_ERROR_CODES = (
     "MODBUS_TIMEOUT",       # the PLC did not answer a read/write in time

@@ -61,6 +61,10 @@ class LineHardware:
         # operator about an action the hardware still holds or has reported.
         self._open: dict[str, int] = {}
         self._answered: deque[str] = deque(maxlen=1000)
+        # The line_controller instance that last read known_actions(): requests from
+        # an earlier (replaced) instance that arrive later are refused, so that
+        # reading stays the whole truth about what this service will still do.
+        self.fence: str | None = None
         self._next_id = 1
         self._ids_synced = False
         self.durations = Durations()  # per action kind, for status() and /metrics
@@ -116,10 +120,18 @@ class LineHardware:
         except PlcUnavailable as exc:
             return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
 
-    def known_actions(self) -> dict[str, Any]:
+    def admits(self, controller: str | None) -> bool:
+        """Whether a request from line_controller instance ``controller`` (None: a
+        caller that does not say, e.g. an operator's shell) may run."""
+        return controller is None or self.fence is None or controller == self.fence
+
+    def known_actions(self, controller: str | None = None) -> dict[str, Any]:
         """What this instance knows of the actions it accepted: ``open`` (queued
         or running: a result will come) and ``answered`` (the last 1000
-        correlation ids whose result it has published)."""
+        correlation ids whose result it has published). Asked by a
+        line_controller instance, it fences out every earlier one."""
+        if controller is not None:
+            self.fence = controller
         return {"instanceStartedAt": self.started_at, "open": list(self._open),
                 "answered": list(self._answered)}
 
@@ -158,4 +170,22 @@ class Hardware(DependencyProvider):
         self.hardware.close()
 
     def get_dependency(self, worker_ctx):
-        return self.hardware
+        return HardwareHandle(self.hardware, worker_ctx.context_data.get(ev.CONTROLLER_CONTEXT_KEY))
+
+
+class HardwareHandle:
+    """What an entrypoint gets: the container's hardware, and which line_controller
+    instance (if any) sent the call."""
+
+    def __init__(self, hardware: LineHardware, controller: str | None):
+        self._hardware = hardware
+        self.controller = controller
+
+    def __getattr__(self, name):
+        return getattr(self._hardware, name)
+
+    def admitted(self) -> bool:
+        return self._hardware.admits(self.controller)
+
+    def known_actions(self) -> dict[str, Any]:
+        return self._hardware.known_actions(self.controller)

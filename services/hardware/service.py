@@ -20,6 +20,9 @@ WATCH_INTERVAL = 0.1  # seconds between PLC polls (fixed rate)
 
 
 def _accept(hardware, correlation_id, build):
+    if not hardware.admitted():
+        return {"accepted": False, "errorCode": "REJECTED",
+                "errorMessage": "sent by a line_controller instance that has since been replaced"}
     try:
         command = build()
         correlation = actions.correlation(correlation_id)

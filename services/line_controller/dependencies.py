@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 
 import eventlet
 from nameko.events import EventDispatcher
@@ -44,17 +45,19 @@ class NamekoHardwarePort:
     """Sends a hardware RPC in its own green thread: the loop never waits for it.
     A refusal (or no answer) comes back to the loop as a ``*Failed`` result."""
 
-    def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0):
+    def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0, instance_id: str | None = None):
         self.config = config
         self.loop = loop
         self.timeout = timeout
+        # Every request names this instance; see LineHardware.fence.
+        self.context = {ev.CONTROLLER_CONTEXT_KEY: instance_id} if instance_id else None
 
     def request(self, req: HardwareRequest) -> None:
         eventlet.spawn(self._call, req)
 
     def _call(self, req: HardwareRequest) -> None:
         try:
-            with ClusterRpcProxy(self.config, timeout=self.timeout) as proxy:
+            with ClusterRpcProxy(self.config, timeout=self.timeout, context_data=self.context) as proxy:
                 reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
         except Exception as exc:  # no hardware service, RPC timeout, transport down
             log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
@@ -107,7 +110,8 @@ class ProductionLoop(DependencyProvider):
         self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
                               action_timeout_seconds=float(config.get(
                                   "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)))
-        self.loop.hardware = NamekoHardwarePort(config, self.loop)
+        self.instance_id = uuid.uuid4().hex
+        self.loop.hardware = NamekoHardwarePort(config, self.loop, instance_id=self.instance_id)
 
     def start(self):
         publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
@@ -118,9 +122,10 @@ class ProductionLoop(DependencyProvider):
         """The hardware's ``plc_state()`` for the start-up recovery check, with
         ``knownActions``: the actions the hardware still holds or has answered.
         An exception (no hardware service within the timeout) means unknown."""
-        with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT) as proxy:
+        context = {ev.CONTROLLER_CONTEXT_KEY: self.instance_id}
+        with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT, context_data=context) as proxy:
             hardware = getattr(proxy, ev.HARDWARE)
-            known = hardware.known_actions()
+            known = hardware.known_actions()  # also fences out requests of earlier instances
             return {**hardware.plc_state(), "knownActions": known}
 
     def stop(self):

@@ -176,3 +176,22 @@ def test_known_actions_lists_what_is_held_and_what_was_answered(hardware, receiv
     known = call(hardware, "known_actions")
     assert (known["open"], known["answered"]) == ([], ["k1", "k2"])
     assert known["instanceStartedAt"]
+
+
+def test_a_replaced_line_controller_is_fenced_out(hardware, received, nameko_config):
+    from nameko.standalone.rpc import ClusterRpcProxy
+
+    def as_controller(instance):
+        return ClusterRpcProxy(nameko_config, timeout=10, context_data={ev.CONTROLLER_CONTEXT_KEY: instance})
+
+    with as_controller("old") as rpc:  # before any instance has read known_actions: accepted
+        assert rpc.hardware.dock_to_buffer("f1", 1, job_id=1)["accepted"] is True
+    with as_controller("new") as rpc:  # a restarted controller reads what the hardware holds
+        assert "f1" in {*rpc.hardware.known_actions()["open"], *rpc.hardware.known_actions()["answered"]}
+    with as_controller("old") as rpc:  # a request the old one had in flight arrives late
+        late = rpc.hardware.dock_to_buffer("f2", 2, job_id=2)
+    assert (late["accepted"], late["errorCode"]) == (False, "REJECTED") and "replaced" in late["errorMessage"]
+    with as_controller("new") as rpc:
+        assert rpc.hardware.dock_to_buffer("f3", 3, job_id=3)["accepted"] is True
+    assert call(hardware, "dock_to_buffer", "f4", 4, job_id=4)["accepted"] is True  # no controller named
+    assert "f2" not in call(hardware, "known_actions")["open"]
