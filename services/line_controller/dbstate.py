@@ -391,36 +391,33 @@ class DBState:
 
     # -- dock ------------------------------------------------------------------------
 
-    def dock_pieces(self) -> int | None:
-        """Pieces at the dock no refill has claimed; None: the PLC has not said yet."""
-        return self._one("SELECT pieces_waiting FROM dock WHERE id = 1").pieces_waiting
+    def _dock(self, sql: str, **params) -> bool:
+        """One conditional update of the dock row (``sql`` RETURNING pieces_waiting);
+        a changed known count is an event. False when the condition did not hold."""
+        row = self._one(sql, **params)
+        if row is not None and row.pieces_waiting is not None:
+            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+        return row is not None
 
     def observe_dock(self, pieces: int, observed_at: str | datetime | None) -> None:
         """The PLC's count of pieces at the dock, read at ``observed_at`` (None:
         now). Ignored when a newer reading has been applied already."""
-        row = self._one(
-            "UPDATE dock SET pieces_waiting = :n, observed_at = COALESCE(CAST(:t AS timestamptz), now()), "
-            "updated_at = now() WHERE id = 1 AND (observed_at IS NULL "
-            "OR observed_at <= COALESCE(CAST(:t AS timestamptz), now())) "
-            "RETURNING pieces_waiting", n=max(0, int(pieces)), t=observed_at)
-        if row is not None:
-            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+        self._dock("UPDATE dock SET pieces_waiting = :n, observed_at = COALESCE(CAST(:t AS timestamptz), now()), "
+                   "updated_at = now() WHERE id = 1 AND (observed_at IS NULL "
+                   "OR observed_at <= COALESCE(CAST(:t AS timestamptz), now())) "
+                   "RETURNING pieces_waiting", n=max(0, int(pieces)), t=observed_at)
 
     def take_dock_pieces(self, count: int) -> None:
         """A refill claims ``count`` pieces; refused if the dock is known to hold fewer."""
-        row = self._must(self._one(
-            "UPDATE dock SET pieces_waiting = pieces_waiting - :n, updated_at = now() WHERE id = 1 "
-            "AND (pieces_waiting IS NULL OR pieces_waiting >= :n) RETURNING pieces_waiting", n=count),
-            f"the dock holds fewer than {count} unclaimed pieces")
-        if row.pieces_waiting is not None:
-            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+        if not self._dock("UPDATE dock SET pieces_waiting = pieces_waiting - :n, updated_at = now() "
+                          "WHERE id = 1 AND (pieces_waiting IS NULL OR pieces_waiting >= :n) "
+                          "RETURNING pieces_waiting", n=count):
+            raise ConditionFailed(f"the dock holds fewer than {count} unclaimed pieces")
 
     def give_back_dock_pieces(self, count: int) -> None:
         """A refill that moved nothing: its piece is still at the dock."""
-        row = self._one("UPDATE dock SET pieces_waiting = pieces_waiting + :n, updated_at = now() "
-                        "WHERE id = 1 AND pieces_waiting IS NOT NULL RETURNING pieces_waiting", n=count)
-        if row is not None:
-            self.emit("DockChanged", {"piecesWaiting": row.pieces_waiting})
+        self._dock("UPDATE dock SET pieces_waiting = pieces_waiting + :n, updated_at = now() "
+                   "WHERE id = 1 AND pieces_waiting IS NOT NULL RETURNING pieces_waiting", n=count)
 
     # -- tasks -----------------------------------------------------------------------
 

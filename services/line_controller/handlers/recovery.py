@@ -57,6 +57,10 @@ def _check_key(inc: r.Inconsistency) -> str:
     return f"{inc.kind}|{','.join(map(str, inc.job_ids))}|{inc.equipment_id or ''}|{inc.task_id or ''}|{extra}"
 
 
+def _task_rows(tasks: dict) -> list:
+    return [r.TaskRow(t.id, t.kind, t.status, t.job_id, t.equipment_id) for t in tasks.values()]
+
+
 def recovery_check(evt: m.RecoveryCheck, ctx):
     db = ctx.db
     ctx.target = ("recovery", None)
@@ -64,34 +68,31 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             for j in db.live_jobs()]
     slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
     open_tasks = {t.id: t for t in db.open_tasks()}
-    known = (evt.plc_state or {}).get("knownActions") or {}
-    reported = {*known.get("open", ()), *known.get("answered", ())}
-    if reported and not evt.hardware_started_at:
-        # The hardware still holds these, or has published their result (waiting in
-        # the queue behind this message): their outcome is not unknown, it comes.
-        open_tasks = {i: t for i, t in open_tasks.items() if str(i) not in reported}
-    if evt.hardware_started_at:
-        since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
-        open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
-    tasks = [r.TaskRow(t.id, t.kind, t.status, t.job_id, t.equipment_id) for t in open_tasks.values()]
     if evt.hardware_started_at:
         # A hardware restart mid-run: only the actions it lost are in question (the
         # line's state was consistent a message ago, and a PLC read taken before this
         # message would race the loop's own updates).
-        found = r.find_inconsistencies([], [], tasks, {"connected": True, "equipment": []},
+        since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
+        open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
+        found = r.find_inconsistencies([], [], _task_rows(open_tasks), {"connected": True, "equipment": []},
                                        ctx.layout.buffer_slots, equipment_running=[])
     else:
+        known = (evt.plc_state or {}).get("knownActions") or {}
+        reported = {*known.get("open", ()), *known.get("answered", ())}
+        # The hardware still holds these, or has published their result (waiting in
+        # the queue behind this message): their outcome is not unknown, it comes.
+        open_tasks = {i: t for i, t in open_tasks.items() if str(i) not in reported}
         running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
-        found = r.find_inconsistencies(jobs, slots, tasks, evt.plc_state, ctx.layout.buffer_slots,
-                                       equipment_running=running)
-    known = {(a.context or {}).get("checkKey") for a in db.open_manual_actions()
+        found = r.find_inconsistencies(jobs, slots, _task_rows(open_tasks), evt.plc_state,
+                                       ctx.layout.buffer_slots, equipment_running=running)
+    asked = {(a.context or {}).get("checkKey") for a in db.open_manual_actions()
              if a.kind.startswith("RECOVERY")}
     created = []
     for inc in found:
         key = _check_key(inc)
-        if key in known:
+        if key in asked:
             continue
-        known.add(key)
+        asked.add(key)
         job_ids = list(inc.job_ids)
         if inc.task_id is not None:
             task = open_tasks[inc.task_id]
@@ -115,8 +116,8 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             alarm_id=alarm.id,
             context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id})
         created.append(action.id)
-    dock = (evt.plc_state or {}).get("dock") if not evt.hardware_started_at else None
-    if dock is not None and (evt.plc_state or {}).get("connected"):
+    dock = (evt.plc_state or {}).get("dock")
+    if dock is not None and not evt.hardware_started_at and evt.plc_state.get("connected"):
         # The PLC's count is the truth now that no refill runs any more.
         db.observe_dock(dock["pieces"], evt.plc_state.get("observedAt"))
     db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
