@@ -1,5 +1,11 @@
 """``python -m gateway --name gateway``: serve the gateway with gunicorn
-(``gthread`` worker, as a library) on ``LINECTL_HTTP_HOST:LINECTL_HTTP_PORT``.
+(``gthread`` workers, as a library) on ``LINECTL_HTTP_HOST:LINECTL_HTTP_PORT``.
+
+``LINECTL_GATEWAY_WORKERS`` processes (default one per core) share the port.
+Each builds its own app after the fork (its own DB pools, RPC pool, event
+relay and AI expiry sweeper): nothing with a socket crosses a fork. The AI
+queue scales with them, since every process serves it straight from
+PostgreSQL; each process streams every event over its own relay queue.
 
 This process does NOT monkey-patch eventlet. gthread serves each request and
 each websocket on a real OS thread; under monkey-patching those threads would
@@ -28,28 +34,39 @@ from gunicorn.app.base import BaseApplication  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
 
-DEFAULT_THREADS = 64  # every open websocket holds one thread
-
-
 class GatewayServer(BaseApplication):
-    def __init__(self, app, options: dict):
-        self.application = app
+    """gunicorn as a library; ``load()`` runs in each worker after the fork."""
+
+    def __init__(self, settings, options: dict):
+        self.settings = settings
         self.options = options
+        self.apps = []
         super().__init__()
 
     def load_config(self):
         for key, value in self.options.items():
             self.cfg.set(key, value)
+        self.cfg.set("worker_exit", self._worker_exit)
 
     def load(self):
-        return self.application
+        app = create_app(self.settings)
+        app.extensions["linectl"].start_background()
+        self.apps.append(app)
+        return app
+
+    def _worker_exit(self, _server, _worker):
+        for app in self.apps:
+            app.extensions["linectl"].close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--name", default="gateway", help="process name (shows in ps)")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help="worker threads: HTTP requests plus open websockets")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per worker: HTTP requests plus open websockets"
+                             " (default LINECTL_GATEWAY_THREADS)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default LINECTL_GATEWAY_WORKERS, 0 = one per core)")
     args = parser.parse_args(argv)
     try:
         settings = ensure_tokens(load_settings())
@@ -60,22 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
+    if args.workers is not None:
+        settings = settings.replace(gateway_workers=args.workers)
     options = {
         "bind": f"{settings.http_host}:{settings.http_port}",
-        "workers": 1,  # the relay, RPC pool and DB pool live in this one process
+        "workers": settings.gateway_worker_count,
         "worker_class": "gthread",
-        "threads": args.threads,
+        "threads": args.threads or settings.gateway_threads,
         "proc_name": args.name,
         "control_socket_disable": True,
         "graceful_timeout": 5,
         "keepalive": 5,
         "loglevel": settings.log_level.lower(),
     }
-    try:
-        GatewayServer(app, options).run()
-    finally:
-        app.extensions["linectl"].close()
+    GatewayServer(settings, options).run()
     return 0
 
 

@@ -1,8 +1,13 @@
 """``create_app(settings)``: the Flask application factory.
 
 Nothing runs at import time; everything the views need hangs off
-``app.extensions["linectl"]`` (settings, read-only DB sessions, the RPC pool).
-Blueprints, one per area, live in ``gateway/api/``.
+``app.extensions["linectl"]`` (settings, read-only DB sessions, the RPC pool,
+the AI job queue). Blueprints, one per area, live in ``gateway/api/``.
+
+Every connection of the gateway's own runs as the PostgreSQL role
+``linectl_gateway`` (``shared.db.roles``): it reads line control and writes
+only the AI tables, whatever a view does. Line-control changes go by RPC to
+the line_controller; AI jobs are served here, straight from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from flask_smorest import Api
 from sqlalchemy.orm import sessionmaker
 
 from gateway import errors, metrics, schemas
+from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
+from services.ai_jobs.sweeper import ExpirySweeper
 from shared.config import Settings, nameko_config
+from shared.db import roles
 from shared.db.engine import make_engine, make_sessionmaker
 from shared.layout import load_layout
 
@@ -24,6 +32,11 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATUS_RPC_TIMEOUT = 2.0  # /readyz and /metrics must answer fast when the loop is down
 
 MAX_BODY_BYTES = 1024 * 1024  # the contract's 1 MiB; 413 beyond
+# AI requests are one short transaction each: a small pool per process serves
+# many threads; a request that cannot get a connection in time gets 503.
+AI_POOL_SIZE = 10
+AI_POOL_OVERFLOW = 10
+AI_POOL_TIMEOUT = 5.0
 
 
 @dataclass
@@ -35,7 +48,14 @@ class GatewayContext:
     metrics: metrics.GatewayMetrics = None
     status_rpc: object = None  # a small pool with a short timeout, for status()
     relay: object = None  # gateway.relay.EventRelay, started by event_relay()
+    ai: AiJobQueue = None
+    sweeper: ExpirySweeper = None  # started by start_background() in a serving process
     _lock: threading.Lock = None
+
+    def start_background(self) -> None:
+        """What a serving process runs beside its requests: the AI expiry sweeper."""
+        if self.sweeper is None:
+            self.sweeper = ExpirySweeper(self.ai).start()
 
     def rpc_pool(self):
         if self.rpc is None:
@@ -68,7 +88,7 @@ class GatewayContext:
         return self.relay
 
     def close(self) -> None:
-        for part in (self.relay,):
+        for part in (self.relay, self.sweeper):
             if part is not None:
                 part.stop()
         for pool in (self.rpc, self.status_rpc):
@@ -94,9 +114,13 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         OPENAPI_JSON_PATH="openapi.json",
         JSON_SORT_KEYS=False,
     )
-    engine = make_engine(settings.database_url, read_only=True)
+    role = settings.db_role(roles.GATEWAY)
+    engine = make_engine(settings.database_url, read_only=True, role=role)
+    ai_engine = make_engine(settings.database_url, role=role, pool_size=AI_POOL_SIZE,
+                            max_overflow=AI_POOL_OVERFLOW, pool_timeout=AI_POOL_TIMEOUT)
+    ai = AiJobQueue(make_sessionmaker(ai_engine), AiQueueConfig.from_settings(settings))
     ctx = GatewayContext(settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool,
-                         metrics=metrics.create(), _lock=threading.Lock())
+                         metrics=metrics.create(), ai=ai, _lock=threading.Lock())
     app.extensions["linectl"] = ctx
     api = GatewayApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearerAuth": {"type": "http", "scheme": "bearer"}}}, "security": [{"bearerAuth": []}]})

@@ -11,7 +11,11 @@ import logging
 
 from flask import jsonify
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
+
+from services.ai_jobs.domain import HTTP_STATUS as AI_HTTP_STATUS
+from services.ai_jobs.domain import AiJobError
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,16 @@ def handle_database_down(error: OperationalError):
     return error_response(503, "UNAVAILABLE", "the database is unreachable; try again shortly")
 
 
+def handle_ai_refusal(error: AiJobError):
+    """The AI queue's refusals, mapped to the status its contract names (here only)."""
+    return error_response(AI_HTTP_STATUS.get(error.code, 409), error.code, error.message)
+
+
+def handle_pool_exhausted(error: PoolTimeout):
+    log.warning("database pool exhausted: %s", error)
+    return error_response(503, "UNAVAILABLE", "the gateway is at its database capacity; try again shortly")
+
+
 def handle_unexpected(error: Exception):
     log.exception("unhandled error")
     return error_response(500, "INTERNAL", "internal error; see the gateway log")
@@ -102,6 +116,8 @@ def register(app, api=None) -> None:
     app.register_error_handler(ApiError, handle_api_error)
     app.register_error_handler(HTTPException, handle_http_exception)
     app.register_error_handler(OperationalError, handle_database_down)
+    app.register_error_handler(AiJobError, handle_ai_refusal)
+    app.register_error_handler(PoolTimeout, handle_pool_exhausted)
     app.register_error_handler(Exception, handle_unexpected)
     if api is not None:
         # flask-smorest registers its own HTTPException handler; ours wins.

@@ -52,6 +52,20 @@ class Settings:
     log_level: str = "INFO"
     log_format: str = "text"
     embedded_pg_port: int = 54329
+    # Each process's domain connections take their writer role (shared.db.roles).
+    db_roles: bool = True
+    # Gateway worker processes; 0 -> one per CPU core. Each serves the AI queue
+    # straight from PostgreSQL and streams every event over its own relay.
+    gateway_workers: int = 0
+    gateway_threads: int = 64
+
+    @property
+    def gateway_worker_count(self) -> int:
+        return self.gateway_workers or max(os.cpu_count() or 1, 1)
+
+    def db_role(self, role: str) -> str | None:
+        """The PostgreSQL role a process's domain connections take, or None when off."""
+        return role if self.db_roles else None
 
     # -- derived values -------------------------------------------------
 
@@ -171,6 +185,15 @@ def parse_tokens(name: str, raw: str) -> dict[str, str]:
     return tokens
 
 
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    raise SettingsError(f"{PREFIX}{name}: expected on or off, got {raw!r}")
+
+
 def _choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
     value = raw.strip()
     if value.upper() in choices:
@@ -202,6 +225,9 @@ _PARSERS = {
     "LOG_LEVEL": ("log_level", lambda n, r: _choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
     "LOG_FORMAT": ("log_format", lambda n, r: _choice(n, r, ("text", "json"))),
     "EMBEDDED_PG_PORT": ("embedded_pg_port", lambda n, r: _int(n, r, 1024, 65535)),
+    "DB_ROLES": ("db_roles", _bool),
+    "GATEWAY_WORKERS": ("gateway_workers", lambda n, r: _int(n, r, 0, 64)),
+    "GATEWAY_THREADS": ("gateway_threads", lambda n, r: _int(n, r, 4, 1024)),
 }
 
 
@@ -267,4 +293,5 @@ def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
         "max_workers": 20,
         "parent_calls_tracked": 10,
         "LINECTL_DATABASE_URL": db,
+        "LINECTL_DB_ROLES": settings.db_roles,
     }

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from flask_smorest import Blueprint
 
-from gateway.api.ai_common import NoteIn, call_ai
+from gateway.api.ai_common import NoteIn, ai_queue
 from gateway.auth import require
 
 blp = Blueprint("admin", __name__, url_prefix="/api/admin", description="administration")
-
 
 
 @blp.route("/ai/jobs/<job_id>/rerun", methods=["POST"])
@@ -16,4 +15,4 @@ blp = Blueprint("admin", __name__, url_prefix="/api/admin", description="adminis
 @blp.arguments(NoteIn, required=False)
 def rerun_ai_job(_body, job_id):
     """A failed AI job → a new pending job with ``retriedFromJobId``."""
-    return call_ai("ai_rerun_job", job_id=job_id), 201
+    return ai_queue().rerun_job(job_id), 201

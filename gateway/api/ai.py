@@ -5,12 +5,11 @@ from __future__ import annotations
 from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
-from gateway.api.ai_common import TEXT, NoteIn, Strict, call_ai, reading
+from gateway.api.ai_common import TEXT, NoteIn, Strict, ai_queue
 from gateway.auth import require
 from gateway.errors import ApiError
-from services.line_controller.ai_jobs import repository as repo
-from services.line_controller.ai_jobs import schemas
-from services.line_controller.ai_jobs.domain import (
+from services.ai_jobs import schemas
+from services.ai_jobs.domain import (
     API_KEY_MODES,
     JOB_STATUSES,
     JOB_TYPES,
@@ -69,8 +68,7 @@ class SchemaQuery(Strict):
 @require("platform")
 @blp.arguments(SnapshotIn)
 def create_snapshot(body):
-    snap = call_ai("ai_create_snapshot", user_id=body["userId"], target_type=body["targetType"],
-                   target_id=body["targetId"], data=body["data"])
+    snap = ai_queue().create_snapshot(body["userId"], body["targetType"], body["targetId"], body["data"])
     return snap, 201
 
 
@@ -79,8 +77,7 @@ def create_snapshot(body):
 @blp.arguments(CredentialIn)
 def create_credential(body):
     """Store a user's own model key, encrypted; the answer shows only a hint."""
-    cred = call_ai("ai_create_credential", user_id=body["userId"], api_key=body["apiKey"],
-                   provider=body["provider"])
+    cred = ai_queue().create_credential(body["userId"], body["apiKey"], body["provider"])
     return cred, 201
 
 
@@ -88,32 +85,30 @@ def create_credential(body):
 @require("platform")
 @blp.arguments(JobIn)
 def create_job(body):
-    reply = call_ai("ai_create_job", request=body)
-    return reply["job"], 201 if reply["created"] else 200
+    job, created = ai_queue().create_job(body)
+    return job, 201 if created else 200
 
 
 @blp.route("/jobs", methods=["GET"])
 @require("platform")
 @blp.arguments(JobQuery, location="query")
 def list_jobs(query):
-    with reading() as session:
-        return repo.list_jobs(session, user_id=query.get("userId"), status=query.get("status"),
-                              job_type=query.get("jobType"), limit=query["limit"],
-                              cursor=query.get("cursor"))
+    return ai_queue().list_jobs(user_id=query.get("userId"), status=query.get("status"),
+                                job_type=query.get("jobType"), limit=query["limit"],
+                                cursor=query.get("cursor"))
 
 
 @blp.route("/jobs/<job_id>", methods=["GET"])
 @require("platform")
 def get_job(job_id):
-    with reading() as session:
-        return repo.get_job(session, job_id)
+    return ai_queue().get_job(job_id)
 
 
 @blp.route("/jobs/<job_id>/cancel", methods=["POST"])
 @require("platform")
 @blp.arguments(NoteIn, required=False)
 def cancel_job(_body, job_id):
-    return call_ai("ai_cancel_job", job_id=job_id)
+    return ai_queue().cancel_job(job_id)
 
 
 @blp.route("/users/<user_id>/revoke", methods=["POST"])
@@ -122,7 +117,7 @@ def cancel_job(_body, job_id):
 def revoke_user(_body, user_id):
     if len(user_id) > 200:
         raise ApiError(400, "VALIDATION_ERROR", "userId: must be at most 200 characters")
-    return call_ai("ai_revoke_user", user_id=user_id)
+    return ai_queue().revoke_user(user_id)
 
 
 @blp.route("/schemas/<job_type>", methods=["GET"])

@@ -1,16 +1,13 @@
-"""What the AI blueprints share: calling the line_controller's ``ai_*`` RPCs
-and turning their refusals (``{"error": {"code", "message"}}``) into HTTP
-errors with the status the AI contract names; reading with the read-only DB."""
+"""What the AI blueprints share: strict schemas and the process's AI job
+queue (``services.ai_jobs``), served straight from PostgreSQL. Its refusals
+(:class:`AiJobError`) become HTTP errors in ``gateway.errors``, once."""
 
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate
 
-from gateway.errors import ApiError
-from services.line_controller.ai_jobs.domain import HTTP_STATUS, AiJobError
+from services.ai_jobs.queue import AiJobQueue
 
 TEXT = validate.Length(min=1, max=200)
 
@@ -28,29 +25,20 @@ class NoteIn(Strict):
     note = fields.String(validate=validate.Length(max=200))
 
 
+class JsonBoolean(fields.Boolean):
+    """A JSON ``true``/``false`` only: ``"yes"``, ``"true"`` or ``1`` are refused
+    (marshmallow's Boolean takes them, and ``1 in {True}`` holds in Python)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if value is True or value is False:
+            return value
+        raise self.make_error("invalid")
+
+
 def not_null(value):
     if value is None:
         raise ValidationError("Field may not be null.")
 
 
-def call_ai(method: str, **kwargs):
-    ctx = current_app.extensions["linectl"]
-    with ctx.rpc_pool().client() as rpc:
-        reply = getattr(rpc.line_controller, method)(**kwargs)
-    if isinstance(reply, dict) and set(reply) == {"error"}:
-        code = reply["error"].get("code", "CONFLICT")
-        raise ApiError(HTTP_STATUS.get(code, 409), code, reply["error"].get("message", code))
-    return reply
-
-
-@contextmanager
-def reading():
-    """A read-only session; a domain refusal becomes its HTTP error."""
-    session = current_app.extensions["linectl"].db()
-    try:
-        yield session
-    except AiJobError as exc:
-        raise ApiError(HTTP_STATUS.get(exc.code, 409), exc.code, exc.message) from None
-    finally:
-        session.rollback()
-        session.close()
+def ai_queue() -> AiJobQueue:
+    return current_app.extensions["linectl"].ai

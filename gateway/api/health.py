@@ -48,9 +48,7 @@ def line_controller_status() -> tuple[dict | None, str | None]:
 
 def ai_job_counts() -> dict[str, int] | None:
     try:
-        with context().db() as session:
-            rows = session.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status"))
-            return {status: n for status, n in rows}
+        return context().ai.counts()
     except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
         return None
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
-from gateway.api.ai_common import TEXT, Strict, call_ai, not_null
+from gateway.api.ai_common import TEXT, JsonBoolean, Strict, ai_queue, not_null
 from gateway.auth import require
 from gateway.errors import ApiError
-from services.line_controller.ai_jobs.domain import JOB_TYPES, POLL_LIMIT_MAX, RETRYABLE
+from services.ai_jobs.domain import API_KEY_MODES, JOB_TYPES, POLL_LIMIT_MAX, RETRYABLE
 
 blp = Blueprint("runtime", __name__, url_prefix="/internal/runtime", description="AI Runtime protocol")
 
 ATTEMPT = validate.Range(1, 2**31 - 1)
+
+
+class ServesIn(Strict):
+    """One (modelProvider, apiKeyModes) pair a runtime can serve; ``*`` is any
+    provider (a stand-in model such as ``linectl runtime --provider offline``)."""
+
+    modelProvider = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    apiKeyModes = fields.List(fields.String(validate=validate.OneOf(API_KEY_MODES)),
+                              load_default=lambda: list(API_KEY_MODES),
+                              validate=validate.Length(min=1, max=len(API_KEY_MODES)))
 
 
 class PollIn(Strict):
@@ -20,7 +30,10 @@ class PollIn(Strict):
     capabilities = fields.List(fields.String(validate=validate.OneOf(JOB_TYPES)), required=True,
                                validate=validate.Length(min=1, max=len(JOB_TYPES) * 4))
     limit = fields.Integer(strict=True, load_default=20, validate=validate.Range(1, POLL_LIMIT_MAX))
-    claim = fields.Boolean(load_default=False)
+    # A JSON boolean only: "yes", "true" or 1 must not lock jobs.
+    claim = JsonBoolean(load_default=False)
+    # Optional (not in seed 000): only jobs this runtime can serve are returned.
+    serves = fields.List(fields.Nested(ServesIn), validate=validate.Length(min=1, max=16))
 
 
 class LockIn(Strict):
@@ -29,7 +42,7 @@ class LockIn(Strict):
 
 class HeartbeatIn(Strict):
     runtimeInstanceId = fields.String(required=True, validate=TEXT)
-    attemptNo = fields.Integer(strict=True, validate=ATTEMPT)
+    attemptNo = fields.Integer(strict=True, required=True, validate=ATTEMPT)
 
 
 class ResultIn(Strict):
@@ -61,23 +74,22 @@ def _bad(field: str, why: str):
 @blp.arguments(PollIn)
 def poll(body):
     """Pending jobs for these capabilities; ``claim: true`` also locks them."""
-    return call_ai("ai_poll", runtime_instance_id=body["runtimeInstanceId"],
-                   capabilities=body["capabilities"], limit=body["limit"], claim=body["claim"])
+    return {"jobs": ai_queue().poll(body["runtimeInstanceId"], body["capabilities"], body["limit"],
+                                    body["claim"], body.get("serves"))}
 
 
 @blp.route("/jobs/<job_id>/lock", methods=["POST"])
 @require("runtime")
 @blp.arguments(LockIn)
 def lock(body, job_id):
-    return call_ai("ai_lock", job_id=job_id, runtime_instance_id=body["runtimeInstanceId"])
+    return ai_queue().lock(job_id, body["runtimeInstanceId"])
 
 
 @blp.route("/jobs/<job_id>/heartbeat", methods=["POST"])
 @require("runtime")
 @blp.arguments(HeartbeatIn)
 def heartbeat(body, job_id):
-    call_ai("ai_heartbeat", job_id=job_id, runtime_instance_id=body["runtimeInstanceId"],
-            attempt_no=body.get("attemptNo"))
+    ai_queue().heartbeat(job_id, body["runtimeInstanceId"], body["attemptNo"])
     return "", 204
 
 
@@ -97,10 +109,10 @@ def result(body, job_id):
             _bad("errorCode", "is required when status is failed")
         if "output" in body:
             _bad("output", "only with status succeeded")
-    return call_ai("ai_submit_result", job_id=job_id, runtime_instance_id=body["runtimeInstanceId"],
-                   attempt_no=body["attemptNo"], status=body["status"], output=body.get("output"),
-                   output_hash=body.get("outputHash"), error_code=body.get("errorCode"),
-                   error_message=body.get("errorMessage"))
+    return ai_queue().submit_result(job_id, body["runtimeInstanceId"], body["attemptNo"], body["status"],
+                                    output=body.get("output"), output_hash=body.get("outputHash"),
+                                    error_code=body.get("errorCode"),
+                                    error_message=body.get("errorMessage"))
 
 
 @blp.route("/snapshots/<snapshot_id>", methods=["GET"])
@@ -108,8 +120,7 @@ def result(body, job_id):
 @blp.arguments(SnapshotQuery, location="query")
 def snapshot(query, snapshot_id):
     """Readable only while the caller holds a job naming this snapshot."""
-    return call_ai("ai_get_snapshot_for_runtime", snapshot_id=snapshot_id,
-                   runtime_instance_id=query["runtimeInstanceId"], job_id=query["jobId"])
+    return ai_queue().snapshot_for_runtime(snapshot_id, query["runtimeInstanceId"], query["jobId"])
 
 
 @blp.route("/jobs/<job_id>/credential", methods=["GET"])
@@ -117,5 +128,4 @@ def snapshot(query, snapshot_id):
 @blp.arguments(CredentialQuery, location="query")
 def credential(query, job_id):
     """The user's own model key, for the holder of the job's current attempt only."""
-    return call_ai("ai_get_credential_for_runtime", job_id=job_id,
-                   runtime_instance_id=query["runtimeInstanceId"], attempt_no=query["attemptNo"])
+    return ai_queue().credential_for_runtime(job_id, query["runtimeInstanceId"], query["attemptNo"])

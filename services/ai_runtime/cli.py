@@ -30,10 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_runtime(settings: Settings, args) -> int:
+    from services.ai_jobs.domain import JOB_TYPES
     from services.ai_runtime.client import RuntimeClient
     from services.ai_runtime.providers import DeepSeekProvider, OfflineProvider
     from services.ai_runtime.worker import RuntimeWorker, run_until_signalled
-    from services.line_controller.ai_jobs.domain import JOB_TYPES
     from shared.config import ensure_tokens
 
     token = os.environ.get("LINECTL_RUNTIME_TOKEN")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from services.line_controller.ai_jobs.domain import output_hash
+from services.ai_jobs.domain import output_hash
 
 
 class ProtocolError(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from services.line_controller.ai_jobs.schemas import schema_for
+from services.ai_jobs.schemas import schema_for
 
 LIST_TYPES = ("weak_point_analysis", "next_action_planning", "quiz_generation", "flashcard_generation")
 

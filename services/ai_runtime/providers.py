@@ -8,8 +8,8 @@ import json
 
 import requests
 
+from services.ai_jobs.domain import canonical_json
 from services.ai_runtime.prompts import unwrap
-from services.line_controller.ai_jobs.domain import canonical_json
 
 
 class ProviderError(Exception):

@@ -14,11 +14,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from services.ai_jobs.domain import JOB_TYPES
+from services.ai_jobs.schemas import known_version, schema_errors
 from services.ai_runtime.client import ProtocolError, RuntimeClient
 from services.ai_runtime.prompts import UnknownPrompt, build_messages
 from services.ai_runtime.providers import ProviderError
-from services.line_controller.ai_jobs.domain import JOB_TYPES
-from services.line_controller.ai_jobs.schemas import known_version, schema_errors
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from nameko.standalone.rpc import ClusterRpcProxy
 
 from shared import events as ev
 from shared.config import load_settings
+from shared.db import roles
 from shared.db.engine import make_engine
 from shared.layout import load_layout
 
@@ -105,7 +106,9 @@ class ProductionLoop(DependencyProvider):
     def setup(self):
         config = self.container.config
         self.settings = load_settings()
-        self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3)
+        # The loop's connections write as linectl_controller: the line tables only.
+        role = roles.CONTROLLER if config.get("LINECTL_DB_ROLES", True) else None
+        self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3, role=role)
         layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
         self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
                               action_timeout_seconds=float(config.get(

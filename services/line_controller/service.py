@@ -17,7 +17,6 @@ from nameko.timer import timer
 
 from shared import events as ev
 
-from .ai_jobs.entrypoints import AiJobsEntrypoints
 from .dependencies import LineEventPublisher, ProductionLoop
 from .messages import COMMAND_TYPES, ValidationError, new_message
 
@@ -32,9 +31,9 @@ def _rejected(command_id, message):
     return _reply(command_id, "REJECTED", error={"code": "VALIDATION_ERROR", "message": message})
 
 
-class LineControllerService(AiJobsEntrypoints):
-    """The production event loop's entrypoints; the AI-job RPCs come from the
-    mixin (they bypass the loop: their safety is the SQL condition)."""
+class LineControllerService:
+    """The production event loop's entrypoints. AI jobs are not here: the
+    gateway serves them straight from PostgreSQL (``services/ai_jobs``)."""
 
     name = ev.LINE_CONTROLLER
 

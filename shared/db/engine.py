@@ -7,6 +7,8 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.db.roles import connect_args
+
 
 def sqlalchemy_url(url: str) -> str:
     """``postgresql://…`` / ``postgres://…`` / ``pgsql://…`` → ``postgresql+psycopg2://…``."""
@@ -16,7 +18,11 @@ def sqlalchemy_url(url: str) -> str:
     return "postgresql+psycopg2://" + rest
 
 
-def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, **kwargs) -> Engine:
+def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: str | None = None,
+                **kwargs) -> Engine:
+    """``role``: run every statement as that PostgreSQL role (``shared.db.roles``)."""
+    if role:
+        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), **connect_args(role)}
     engine = create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,

@@ -21,7 +21,21 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    """Alembic upgrade, then the writer roles' grants on every table (``shared.db.roles``)."""
     command.upgrade(alembic_config(database_url), revision)
+    apply_roles(database_url)
+
+
+def apply_roles(database_url: str) -> bool:
+    from shared.db import roles
+    from shared.db.engine import make_engine
+
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            return roles.apply(conn)
+    finally:
+        engine.dispose()
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:

@@ -1,15 +1,18 @@
-"""AI-job fixtures: the composed service in a real nameko container on the
-test's transport and database, and the gateway (Flask test client) talking to
-it over a real RPC pool."""
+"""AI-job fixtures: the gateway (Flask test client) serving the AI queue
+straight from the test's PostgreSQL, as every gateway process does: no nameko
+service is involved. ``start_ai(lock_seconds=…)`` sets the queue's timings and
+starts the expiry sweeper, as a serving gateway process does."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from gateway.app import create_app
-from gateway.rpc import RpcPool
-from services.line_controller.ai_jobs.domain import output_hash
-from services.line_controller.ai_jobs.entrypoints import AiJobsEntrypoints
+from services.ai_jobs.domain import output_hash
+from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
+from services.ai_jobs.sweeper import ExpirySweeper
 from shared.config import load_settings
 
 PLATFORM = {"Authorization": "Bearer platform-token-1"}
@@ -20,38 +23,36 @@ TOKENS = ("platform:platform-token-1,runtime:runtime-token-1,admin:admin-token-1
           "operator:operator-token-1")
 
 
-class LineControllerAi(AiJobsEntrypoints):
-    name = "line_controller"
-
-
-def service_config(nameko_config, tmp_path, **ai):
-    config = dict(nameko_config)
-    config.setdefault("LINECTL_AI_LOCK_SECONDS", 30)
-    config.setdefault("LINECTL_AI_RETRY_BACKOFF_SECONDS", 0)
-    config["LINECTL_DATA_DIR"] = str(tmp_path)
-    config.update({f"LINECTL_AI_{k.upper()}": v for k, v in ai.items()})
-    return config
+def ai_settings(db_url, tmp_path):
+    return load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": TOKENS,
+                          "LINECTL_DATA_DIR": str(tmp_path), "LINECTL_AI_LOCK_SECONDS": "30",
+                          "LINECTL_AI_RETRY_BACKOFF_SECONDS": "0"})
 
 
 @pytest.fixture
-def start_ai(container_factory, nameko_config, tmp_path):
-    """``start_ai(lock_seconds=…, retry_backoff_seconds=…)`` → a started container."""
+def gateway(db_url, tmp_path):
+    app = create_app(ai_settings(db_url, tmp_path))
+    yield app
+    app.extensions["linectl"].close()
+
+
+@pytest.fixture
+def start_ai(gateway):
+    """``start_ai(lock_seconds=…, retry_backoff_seconds=…)``: the gateway's queue
+    with those timings, and its expiry sweeper running → the sweeper."""
 
     def start(**ai):
-        container = container_factory(LineControllerAi, service_config(nameko_config, tmp_path, **ai))
-        container.start()
-        return container
+        ctx = gateway.extensions["linectl"]
+        base = ctx.ai.config
+        timings = dataclasses.replace(base.timings, **{k: v for k, v in ai.items()
+                                                       if k in ("lock_seconds", "retry_backoff_seconds")})
+        if "timeout_seconds" in ai:
+            timings = dataclasses.replace(timings, default_timeout_seconds=ai["timeout_seconds"])
+        ctx.ai = AiJobQueue(ctx.ai.sessions, AiQueueConfig(timings=timings, box=base.box))
+        ctx.sweeper = ExpirySweeper(ctx.ai, interval=0.2).start()
+        return ctx.sweeper
 
     return start
-
-
-@pytest.fixture
-def gateway(db_url, nameko_config):
-    settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": TOKENS})
-    pool = RpcPool(nameko_config, size=8, timeout=30)
-    app = create_app(settings, rpc_pool=pool)
-    yield app
-    pool.close()
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ class Api:
         return self.c.post(f"/internal/runtime/jobs/{job_id}/lock", headers=RUNTIME,
                            json={"runtimeInstanceId": rid})
 
-    def heartbeat(self, job_id, rid="rt-1", attempt=None):
+    def heartbeat(self, job_id, rid="rt-1", attempt=1):
         body = {"runtimeInstanceId": rid}
         if attempt is not None:
             body["attemptNo"] = attempt

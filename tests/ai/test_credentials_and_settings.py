@@ -7,8 +7,8 @@ import stat
 import pytest
 from cryptography.fernet import Fernet
 
-from services.line_controller.ai_jobs.credentials import CredentialBox
-from services.line_controller.ai_jobs.schemas import schema_errors
+from services.ai_jobs.credentials import CredentialBox
+from services.ai_jobs.schemas import schema_errors
 from shared.config import SettingsError, load_settings
 
 

@@ -1,12 +1,12 @@
 """Every transition and error path of seed 000 through the HTTP endpoints
-(gateway → RPC pool → the composed service in a nameko container → PostgreSQL)."""
+(gateway → the AI queue → PostgreSQL, no RPC on the way)."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
 
-from services.line_controller.ai_jobs.domain import output_hash
+from services.ai_jobs.domain import output_hash
 from tests.ai.conftest import ADMIN, OPERATOR, PLATFORM, RUNTIME, Api, transitions
 from tests.support.waiting import wait_for
 
@@ -374,11 +374,7 @@ def test_execution_timeout_is_job_timeout(gateway, start_ai):
 
 
 def test_expiry_is_rechecked_without_the_sweeper(gateway, start_ai):
-    container = start_ai(lock_seconds=0.3)
-    # stop only the timer: the RPCs stay up
-    for ext in container.entrypoints:
-        if ext.method_name == "ai_sweep":
-            ext.stop()
+    start_ai(lock_seconds=0.3).stop()  # no sweeper: the operations expire by themselves
     api = Api(gateway.test_client())
     job = api.create()
     api.lock(job["id"], rid="old")

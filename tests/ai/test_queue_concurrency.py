@@ -14,8 +14,8 @@ import eventlet
 import pytest
 from sqlalchemy import text
 
-from services.line_controller.ai_jobs import repository as repo
-from services.line_controller.ai_jobs.domain import AiJobError, QueueTimings, output_hash
+from services.ai_jobs import repository as repo
+from services.ai_jobs.domain import AiJobError, QueueTimings, output_hash
 from shared.db.engine import make_engine, make_sessionmaker
 
 TIMINGS = QueueTimings(lock_seconds=30, retry_backoff_seconds=0)

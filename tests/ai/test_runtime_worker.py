@@ -12,11 +12,11 @@ import threading
 import pytest
 from werkzeug.serving import make_server
 
+from services.ai_jobs.domain import JOB_TYPES
+from services.ai_jobs.schemas import schema_errors
 from services.ai_runtime.client import RuntimeClient
 from services.ai_runtime.providers import DeepSeekProvider, OfflineProvider
 from services.ai_runtime.worker import RuntimeWorker
-from services.line_controller.ai_jobs.domain import JOB_TYPES
-from services.line_controller.ai_jobs.schemas import schema_errors
 from tests.ai.conftest import TOKENS, Api
 from tests.ai.fake_deepseek import FakeDeepSeek
 from tests.support.waiting import wait_for

@@ -40,16 +40,16 @@ import subprocess  # noqa: E402
 
 import psycopg2  # noqa: E402
 from nameko.containers import ServiceContainer  # noqa: E402
+from services.ai_jobs.entrypoints import AiJobsEntrypoints  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from gateway.app import create_app  # noqa: E402
 from gateway.rpc import RpcPool  # noqa: E402
+from services.ai_jobs import repository as repo  # noqa: E402
+from services.ai_jobs.domain import QueueTimings  # noqa: E402
 from services.ai_runtime.client import ProtocolError, RuntimeClient  # noqa: E402
 from services.ai_runtime.providers import OfflineProvider  # noqa: E402
-from services.line_controller.ai_jobs import repository as repo  # noqa: E402
-from services.line_controller.ai_jobs.domain import QueueTimings  # noqa: E402
-from services.line_controller.ai_jobs.entrypoints import AiJobsEntrypoints  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.db.engine import make_engine, make_sessionmaker  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402

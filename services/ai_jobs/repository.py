@@ -21,8 +21,8 @@ import uuid
 
 from sqlalchemy import text
 
-from services.line_controller.ai_jobs import schemas
-from services.line_controller.ai_jobs.domain import (
+from services.ai_jobs import schemas
+from services.ai_jobs.domain import (
     HELD,
     POLL_LIMIT_DEFAULT,
     POLL_LIMIT_MAX,
@@ -377,7 +377,18 @@ def revoke_user(session, timings: QueueTimings, user_id: str) -> dict:
         text("UPDATE ai_runtime_job SET cancel_requested = true, updated_at = now()"
              " WHERE user_id = :u AND status IN ('locked', 'running') RETURNING id"), {"u": user_id}
     ).scalars().all()
-    return {"userId": user_id, "cancelled": sorted(cancelled), "cancelRequested": sorted(requested)}
+    # Consent covers the user's own model keys too: none may be handed out again.
+    revoked = session.execute(
+        text("UPDATE ai_credential SET revoked_at = now() WHERE user_id = :u AND revoked_at IS NULL"
+             " RETURNING id"), {"u": user_id}
+    ).scalars().all()
+    return {"userId": user_id, "cancelled": sorted(cancelled), "cancelRequested": sorted(requested),
+            "credentialsRevoked": sorted(revoked)}
+
+
+def counts_by_status(session) -> dict[str, int]:
+    rows = session.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status"))
+    return {status: n for status, n in rows}
 
 
 def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:
@@ -405,18 +416,25 @@ def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:
 # -- runtime side --------------------------------------------------------------------
 
 
-def poll_sql(claim: bool) -> str:
+def poll_sql(claim: bool, serves: bool = False) -> str:
     """The poll statement: one index range scan per capability
     (``ix_ai_runtime_job_poll`` is ``(job_type, priority, created_at) WHERE
     status='pending'``), merged by ``priority, created_at``. With ``claim`` the
     picked rows are locked (SKIP LOCKED, so concurrent claimers take different
-    rows) and leased in the same statement."""
+    rows) and leased in the same statement. With ``serves`` only jobs whose
+    (modelProvider, apiKeyMode) the runtime declared it can serve are seen."""
     lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
+    serves_clause = """AND EXISTS (
+                SELECT 1 FROM unnest(CAST(:serve_providers AS text[]), CAST(:serve_modes AS text[]))
+                    AS s(provider, mode)
+                WHERE (s.provider = '*' OR s.provider = j.model_provider) AND s.mode = j.api_key_mode)
+    """ if serves else ""
     pick = f"""
         SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
         CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM ai_runtime_job j
             WHERE j.status = 'pending' AND j.job_type = cap.job_type AND j.available_at <= now()
+            {serves_clause}
             ORDER BY j.priority, j.created_at
             LIMIT :limit {lock_clause}
         ) AS c
@@ -441,23 +459,31 @@ def poll_sql(claim: bool) -> str:
     """
 
 
-def poll_params(capabilities, limit: int, runtime_id: str, timings: QueueTimings) -> dict:
-    return {"caps": list(capabilities), "limit": limit, "rid": runtime_id, "lease": timings.lock_seconds}
+def poll_params(capabilities, limit: int, runtime_id: str, timings: QueueTimings,
+                serves: list[tuple[str, str]] | None = None) -> dict:
+    params = {"caps": list(capabilities), "limit": limit, "rid": runtime_id, "lease": timings.lock_seconds}
+    if serves:
+        params["serve_providers"] = [p for p, _ in serves]
+        params["serve_modes"] = [m for _, m in serves]
+    return params
 
 
 def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str],
-         limit: int = POLL_LIMIT_DEFAULT, claim: bool = False) -> list[dict]:
+         limit: int = POLL_LIMIT_DEFAULT, claim: bool = False,
+         serves: list[tuple[str, str]] | None = None) -> list[dict]:
     """Pending, available jobs of the given types, ``priority ASC, createdAt ASC``
-    (see :func:`poll_sql`); expiry is applied first."""
+    (see :func:`poll_sql`); expiry is applied first. ``serves`` is a list of
+    ``(modelProvider or "*", apiKeyMode)`` the runtime can serve; None: any."""
     if not 1 <= limit <= POLL_LIMIT_MAX:
         raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
     expire_due(session, timings)
-    rows = session.execute(text(poll_sql(claim)), poll_params(capabilities, limit, runtime_id, timings)).all()
+    rows = session.execute(text(poll_sql(claim, bool(serves))),
+                           poll_params(capabilities, limit, runtime_id, timings, serves)).all()
     return [poll_item(r, claimed=claim) for r in rows]
 
 
 def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
-    """Seed 5.1/5.2: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED."""
+    """Seed 000's lock: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED."""
     expire_due(session, timings, job_id)
     row = session.execute(
         text("""

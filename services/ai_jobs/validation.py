@@ -1,10 +1,10 @@
-"""Checks of RPC arguments (the gateway validates too; the RPC is also an API,
-e.g. from ``nameko shell``). Each raises ``AiJobError("VALIDATION_ERROR")``
-naming the field."""
+"""Checks of the queue's arguments (the gateway's schemas validate too; the
+queue is also an API, e.g. from ``linectl shell``). Each raises
+``AiJobError("VALIDATION_ERROR")`` naming the field."""
 
 from __future__ import annotations
 
-from services.line_controller.ai_jobs.domain import (
+from services.ai_jobs.domain import (
     API_KEY_MODES,
     JOB_STATUSES,
     JOB_TYPES,
@@ -38,6 +38,12 @@ def integer(field: str, value, lo: int, hi: int, default: int | None = None) -> 
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         _bad(field, f"must be an integer {lo}..{hi}")
     return value
+
+
+def required_integer(field: str, value, lo: int, hi: int) -> int:
+    if value is None:
+        _bad(field, "is required")
+    return integer(field, value, lo, hi)
 
 
 def choice(field: str, value, choices, *, required: bool = True) -> str | None:
@@ -90,3 +96,23 @@ def create_job_request(req) -> dict:
         _bad("params", "must be an object")
     out["params"] = params or {}
     return out
+
+
+def serves(value) -> list[tuple[str, str]] | None:
+    """``[{"modelProvider": name | "*", "apiKeyModes": [mode, ...]}, ...]`` →
+    ``[(provider, mode), ...]``; None when the runtime declared nothing."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or len(value) > 16:
+        _bad("serves", "must be a non-empty list of at most 16 entries")
+    pairs = []
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) - {"modelProvider", "apiKeyModes"}:
+            _bad("serves", "entries are {modelProvider, apiKeyModes}")
+        provider = text("serves.modelProvider", entry.get("modelProvider"), limit=64)
+        modes = entry.get("apiKeyModes", list(API_KEY_MODES))
+        if not isinstance(modes, list) or not modes:
+            _bad("serves.apiKeyModes", "must be a non-empty list")
+        for mode in modes:
+            pairs.append((provider, choice("serves.apiKeyModes", mode, API_KEY_MODES)))
+    return sorted(set(pairs))

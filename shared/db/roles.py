@@ -1,0 +1,108 @@
+"""Who may write what, enforced by PostgreSQL: one role per writer.
+
+* ``linectl_controller``: the line_controller's domain connections. Reads and
+  writes the line-control tables (orders, jobs, slots, tasks, alarms, manual
+  actions, the event log, the inbox, audit); no access to the AI tables.
+* ``linectl_gateway``: the gateway's connections. Reads every line-control
+  table, and writes only the AI tables (``ai_*``), as seed 000's "API".
+
+A process takes its role at connect time (libpq ``options=-c role=…``, see
+:func:`connect_args`), so every statement of that connection is checked
+against the role's grants, whatever the code does. The roles are NOLOGIN
+groups: the login user (the database owner, or a login role the DBA made a
+member) assumes them. The message transport's connections (``mq_*`` tables)
+keep the login user: its dead-consumer check reads other backends'
+``pg_stat_activity`` rows, which PostgreSQL shows only to the same user.
+
+:func:`apply` creates the roles where the migrating user may (superuser or
+CREATEROLE) and (re)grants on every table; ``linectl migrate`` runs it after
+each upgrade, so a table added later is covered too. On a server where the
+migrating user may not create roles, a DBA creates them once
+(``docs/operations.md``); until they exist, processes that need them fail at
+connect with PostgreSQL's own "role … does not exist".
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import text
+
+log = logging.getLogger(__name__)
+
+CONTROLLER = "linectl_controller"
+GATEWAY = "linectl_gateway"
+ROLES = (CONTROLLER, GATEWAY)
+
+AI_TABLE_PREFIX = "ai_"
+TRANSPORT_TABLE_PREFIX = "mq_"
+NOT_DOMAIN = ("alembic_version",)
+
+
+def connect_args(role: str | None) -> dict:
+    """psycopg2 connect arguments that make every statement run as ``role``."""
+    return {"options": f"-c role={role}"} if role else {}
+
+
+def _create_roles(conn) -> None:
+    for role in ROLES:
+        conn.execute(text(f"""
+            DO $$ BEGIN
+                IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
+                    CREATE ROLE {role} NOLOGIN;
+                END IF;
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- a concurrent migrate
+            END $$"""))
+
+
+def _tables(conn) -> list[str]:
+    return conn.execute(text(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
+    )).scalars().all()
+
+
+def _sequences_of(conn, tables: list[str]) -> list[str]:
+    if not tables:
+        return []
+    return conn.execute(text(
+        "SELECT s.relname FROM pg_class s JOIN pg_depend d ON d.objid = s.oid"
+        " JOIN pg_class t ON t.oid = d.refobjid"
+        " WHERE s.relkind = 'S' AND t.relname = ANY(:tables)"), {"tables": tables}).scalars().all()
+
+
+def apply(conn) -> bool:
+    """Create the roles if allowed, then grant; False when the roles are missing."""
+    may_create = conn.execute(text(
+        "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")).scalar()
+    if may_create:
+        _create_roles(conn)
+    present = set(conn.execute(text("SELECT rolname FROM pg_roles WHERE rolname = ANY(:r)"),
+                               {"r": list(ROLES)}).scalars())
+    if present != set(ROLES):
+        log.warning("database roles %s missing and %s may not create them; see docs/operations.md",
+                    ", ".join(sorted(set(ROLES) - present)), "the migrating user")
+        return False
+    tables = _tables(conn)
+    ai = [t for t in tables if t.startswith(AI_TABLE_PREFIX)]
+    line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX))
+            and t not in NOT_DOMAIN]
+    quoted = ", ".join
+    statements = [
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}",
+        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}",
+        f"GRANT USAGE ON SCHEMA public TO {CONTROLLER}, {GATEWAY}",
+        f"GRANT SELECT ON {quoted(line)} TO {GATEWAY}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(ai)} TO {GATEWAY}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(line)} TO {CONTROLLER}",
+    ]
+    for role, owned in ((GATEWAY, ai), (CONTROLLER, line)):
+        seqs = _sequences_of(conn, owned)
+        if seqs:
+            statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {quoted(seqs)} TO {role}")
+    # A non-superuser owner may take the roles only as their member.
+    for role in ROLES:
+        if not conn.execute(text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": role}).scalar():
+            statements.append(f"GRANT {role} TO CURRENT_USER")
+    for sql in statements:
+        conn.execute(text(sql))
+    return True
