@@ -12,6 +12,8 @@ these functions are defined (see ``help(orders)`` etc.)::
     resolve(id, choice)      ResolveManualAction
     confirm_recovery()       ConfirmRecovery for every open recovery action
     status()                 the event loop's status
+    ai                       AI jobs, straight from PostgreSQL: ai.jobs(), ai.job(id),
+                             ai.counts(), ai.cancel(id), ai.rerun(id), ai.revoke(user)
 """
 
 # This file is run by nameko's shell as PYTHONSTARTUP, inside the shell's
@@ -105,5 +107,15 @@ def confirm_recovery(*ids):
     _command("ConfirmRecovery", **({"manualActionIds": list(ids)} if ids else {}))
 
 
+def _ai_helpers():
+    from services.ai_jobs.shell import AiShell
+    from shared.config import load_settings
+
+    return AiShell(load_settings())
+
+
+ai = _ai_helpers()
+
 print("linectl helpers: status() orders() create(product, qty) start(id) pause(id) resume(id) "
-      "cancel(id) alarms() ack(id) actions() resolve(id, choice) confirm_recovery()")
+      "cancel(id) alarms() ack(id) actions() resolve(id, choice) confirm_recovery(); ai.jobs() ai.job(id) "
+      "ai.counts() ai.cancel(id) ai.rerun(id)")

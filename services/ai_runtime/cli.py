@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 
 from shared.config import Settings, SettingsError
 
@@ -22,7 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=env("LINECTL_RUNTIME_URL"), help="gateway base URL")
     p.add_argument("--id", default=env("LINECTL_RUNTIME_ID"), help="runtimeInstanceId")
     p.add_argument("--provider", default=env("LINECTL_RUNTIME_PROVIDER", "offline"),
-                   choices=("offline", "deepseek"), help="default model provider")
+                   choices=("offline", "deepseek"),
+                   help="offline: answer every job with the offline stand-in model (demos);"
+                        " deepseek: DeepSeek's API for deepseek jobs (the platform key from"
+                        " LINECTL_DEEPSEEK_API_KEY, else only jobs with the user's own key)")
     p.add_argument("--capabilities", default=None, help="comma-separated job types (default: all)")
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--poll-interval", type=float, default=2.0)
@@ -52,11 +56,24 @@ def cmd_runtime(settings: Settings, args) -> int:
         raise SettingsError("--concurrency: must be 1..64")
     url = args.url or f"http://{settings.http_host}:{settings.http_port}"
     runtime_id = args.id or f"{socket.gethostname()}-{os.getpid()}"
-    deepseek = DeepSeekProvider(os.environ.get("LINECTL_DEEPSEEK_BASE_URL", "https://api.deepseek.com"),
-                                os.environ.get("LINECTL_DEEPSEEK_API_KEY"))
-    worker = RuntimeWorker(RuntimeClient(url, token, runtime_id), {"offline": OfflineProvider(),
-                                                                  "deepseek": deepseek},
+    if args.provider == "offline":
+        providers, stand_in = {"offline": OfflineProvider()}, "offline"
+        serving = "every job, answered by the offline stand-in model"
+    else:
+        platform_key = os.environ.get("LINECTL_DEEPSEEK_API_KEY") or None
+        deepseek = DeepSeekProvider(os.environ.get("LINECTL_DEEPSEEK_BASE_URL", "https://api.deepseek.com"),
+                                    platform_key)
+        providers, stand_in = {"offline": OfflineProvider(), "deepseek": deepseek}, None
+        serving = "deepseek and offline jobs"
+        if not platform_key:
+            # Not fatal: jobs with the user's own key can still be served; the
+            # platform-key jobs are left for a runtime that has the key.
+            print("linectl runtime: LINECTL_DEEPSEEK_API_KEY is not set: deepseek jobs with"
+                  " apiKeyMode=platform_key are left alone; only the users' own keys are served",
+                  file=sys.stderr)
+            serving = "offline jobs and deepseek jobs with the user's own key"
+    worker = RuntimeWorker(RuntimeClient(url, token, runtime_id), providers,
                            capabilities=caps, concurrency=args.concurrency, poll_interval=args.poll_interval,
-                           claim=args.claim, default_provider=args.provider)
-    print(f"linectl runtime {runtime_id}: gateway {url}, provider {args.provider}")
+                           claim=args.claim, default_provider=stand_in)
+    print(f"linectl runtime {runtime_id}: gateway {url}, provider {args.provider}: serves {serving}")
     return run_until_signalled(worker)

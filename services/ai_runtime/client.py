@@ -41,10 +41,14 @@ class RuntimeClient:
             raise ProtocolError(r.status_code, err.get("code", "ERROR"), err.get("message", r.reason))
         return body
 
-    def poll(self, capabilities, limit: int = 20, claim: bool = False) -> list[dict]:
-        return self._call("POST", "/jobs/poll", json={
-            "runtimeInstanceId": self.runtime_id, "capabilities": list(capabilities), "limit": limit,
-            "claim": claim})["jobs"]
+    def poll(self, capabilities, limit: int = 20, claim: bool = False, serves=None) -> list[dict]:
+        """``serves``: ``[{"modelProvider", "apiKeyModes"}]`` this runtime can serve
+        (only those jobs come back); None: any job of these types (seed 000)."""
+        body = {"runtimeInstanceId": self.runtime_id, "capabilities": list(capabilities), "limit": limit,
+                "claim": claim}
+        if serves:
+            body["serves"] = serves
+        return self._call("POST", "/jobs/poll", json=body)["jobs"]
 
     def lock(self, job_id: str) -> dict:
         return self._call("POST", f"/jobs/{job_id}/lock", json={"runtimeInstanceId": self.runtime_id})

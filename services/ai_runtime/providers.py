@@ -19,10 +19,15 @@ class ProviderError(Exception):
         self.message = message
 
 
+API_KEY_MODES = ("platform_key", "user_deepseek_key")
+
+
 class OfflineProvider:
-    """Deterministic, schema-valid outputs derived from the snapshot (demos, tests)."""
+    """Deterministic, schema-valid outputs derived from the snapshot (demos, tests).
+    It needs no key, so it can serve any job (and stands in for any provider)."""
 
     name = "offline"
+    api_key_modes = API_KEY_MODES
 
     def complete(self, job: dict, snapshot: dict | None, messages, api_key=None, timeout=None):
         data = (snapshot or {}).get("data") or {}
@@ -60,6 +65,11 @@ class DeepSeekProvider:
         self.api_key = api_key
         self.timeout = timeout
         self.http = requests.Session()
+
+    @property
+    def api_key_modes(self) -> tuple[str, ...]:
+        """A user's own key always comes with the job; the platform key only if configured."""
+        return API_KEY_MODES if self.api_key else ("user_deepseek_key",)
 
     def complete(self, job: dict, snapshot, messages, api_key=None, timeout=None):
         key = api_key or self.api_key

@@ -32,10 +32,18 @@ class JobStopped(Exception):
 class RuntimeWorker:
     def __init__(self, client: RuntimeClient, providers: dict, *, capabilities=JOB_TYPES,
                  concurrency: int = 1, poll_interval: float = 2.0, claim: bool = False,
-                 default_provider: str = "offline"):
+                 default_provider: str | None = None):
+        """``providers``: model provider name → provider. ``default_provider``
+        (one of them) stands in for every provider the runtime lacks: a demo
+        or test runtime answering all jobs with the offline model."""
         self.client = client
         self.providers = providers
+        if default_provider is not None and default_provider not in providers:
+            raise ValueError(f"default_provider {default_provider!r} is not one of {sorted(providers)}")
         self.default_provider = default_provider
+        self.serves = self._serves()
+        if not self.serves:
+            raise ValueError("this runtime can serve no job: no provider can be used")
         self.capabilities = list(capabilities)
         self.concurrency = concurrency
         self.poll_interval = poll_interval
@@ -44,6 +52,16 @@ class RuntimeWorker:
         self._slots = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ai-job")
         self.outcomes: list[tuple[str, int, str]] = []  # (jobId, attemptNo, outcome), for logs and tests
+
+    def _serves(self) -> list[dict]:
+        """What this runtime can serve, sent with every poll: the server hands out
+        only such jobs, so a job is never taken by a runtime that would have to
+        fail it for a missing key or provider."""
+        if self.default_provider is not None:
+            stand_in = self.providers[self.default_provider]
+            return [{"modelProvider": "*", "apiKeyModes": list(stand_in.api_key_modes)}]
+        return [{"modelProvider": name, "apiKeyModes": list(p.api_key_modes)}
+                for name, p in sorted(self.providers.items()) if p.api_key_modes]
 
     # -- loop ---------------------------------------------------------------------
 
@@ -75,11 +93,11 @@ class RuntimeWorker:
 
     def _poll_once(self, free: int) -> int:
         if self.claim:
-            jobs = self.client.poll(self.capabilities, limit=min(free, 50), claim=True)
+            jobs = self.client.poll(self.capabilities, limit=min(free, 50), claim=True, serves=self.serves)
         else:
             # Other runtimes see the same top rows: take a wider page and try it
             # in random order, so they spread out instead of all racing for one.
-            jobs = self.client.poll(self.capabilities, limit=min(free * 5, 50))
+            jobs = self.client.poll(self.capabilities, limit=min(free * 5, 50), serves=self.serves)
             random.shuffle(jobs)
         started = 0
         for job in jobs:
@@ -163,7 +181,12 @@ class RuntimeWorker:
                     if exc.code in ("FORBIDDEN", "NOT_FOUND"):
                         raise ProviderError("INVALID_CREDENTIAL", exc.message) from None
                     raise
-            provider = self.providers.get(job.get("modelProvider")) or self.providers[self.default_provider]
+            provider = self.providers.get(job.get("modelProvider")) or self.providers.get(self.default_provider)
+            if provider is None or job.get("apiKeyMode") not in provider.api_key_modes:
+                # The poll filters these out; an older server may not: never burn
+                # the user's job for our own configuration, retry it elsewhere.
+                raise ProviderError("TEMPORARY_PROVIDER_ERROR",
+                                    f"this runtime cannot serve {job.get('modelProvider')}/{job.get('apiKeyMode')}")
             self._check(job, stopped)
             output = provider.complete(job, snapshot, messages, api_key=api_key,
                                        timeout=job.get("timeoutSeconds"))
