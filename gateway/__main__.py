@@ -34,6 +34,7 @@ from gunicorn.app.base import BaseApplication  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
 
+
 class GatewayServer(BaseApplication):
     """gunicorn as a library; ``load()`` runs in each worker after the fork."""
 

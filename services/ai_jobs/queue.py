@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.engine import Engine
 
 from services.ai_jobs import repository as repo
 from services.ai_jobs import validation
@@ -46,8 +46,12 @@ class AiQueueConfig:
 
 
 class AiJobQueue:
-    def __init__(self, sessions: sessionmaker[Session], config: AiQueueConfig):
-        self.sessions = sessions
+    """``engine``: the writer's engine. Operations use SQLAlchemy Core
+    connections, not ORM sessions: the repository is plain SQL, and a request
+    here is hot enough that the ORM's bookkeeping showed in the profile."""
+
+    def __init__(self, engine: Engine, config: AiQueueConfig):
+        self.engine = engine
         self.config = config
 
     @property
@@ -57,21 +61,21 @@ class AiJobQueue:
     def _unit(self, fn: Callable, *args, **kwargs):
         """One transaction; a refusal still commits what was decided before it."""
         refusal = None
-        with self.sessions() as session:
-            with session.begin():
+        with self.engine.connect() as conn:
+            with conn.begin():
                 try:
-                    return fn(session, *args, **kwargs)
+                    return fn(conn, *args, **kwargs)
                 except AiJobError as exc:
                     refusal = exc
         raise refusal
 
     def _read(self, fn: Callable, *args, **kwargs):
         """A read: no expiry, nothing to commit."""
-        with self.sessions() as session:
+        with self.engine.connect() as conn:
             try:
-                return fn(session, *args, **kwargs)
+                return fn(conn, *args, **kwargs)
             finally:
-                session.rollback()
+                conn.rollback()
 
     # -- the learning platform's side ----------------------------------------------
 

@@ -137,13 +137,35 @@ def _transition(session, job_id, from_status, to_status, *, error_code=None, run
     )
 
 
-def _job_for_update(session, job_id: str):
-    row = session.execute(
-        text(f"SELECT {JOB_COLUMNS} FROM ai_runtime_job WHERE id = :id FOR UPDATE"), {"id": job_id}
-    ).first()
+_JOB_FOR_UPDATE = text(f"""
+    SELECT {JOB_COLUMNS}, (status IN ('locked', 'running') AND lock_until < now()) AS lease_over
+    FROM ai_runtime_job WHERE id = :id FOR UPDATE""")
+
+
+def _job_for_update(session, job_id: str, timings: QueueTimings | None = None):
+    """The job, row-locked while the caller decides. With ``timings``, a held
+    job whose lease or timeout ran out is expired first (in this transaction:
+    our own row lock does not make ``expire_due`` skip it), so the caller
+    decides on the job as it now is. The common case costs one statement."""
+    row = session.execute(_JOB_FOR_UPDATE, {"id": job_id}).first()
     if row is None:
         raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
+    if timings is not None and row.lease_over:
+        expire_due(session, timings, job_id)
+        row = session.execute(_JOB_FOR_UPDATE, {"id": job_id}).first()
     return row
+
+
+_ANY_DUE = text("SELECT EXISTS (SELECT 1 FROM ai_runtime_job"
+                " WHERE lock_until < now() AND status IN ('locked', 'running'))")
+
+
+def expire_if_any_due(session, timings: QueueTimings) -> list[dict]:
+    """Expiry before a poll: an index probe (``ix_ai_runtime_job_lock_until``)
+    in the common case that nothing is due, the full expiry otherwise."""
+    if not session.execute(_ANY_DUE).scalar():
+        return []
+    return expire_due(session, timings)
 
 
 def _new_id() -> str:
@@ -345,8 +367,7 @@ def list_jobs(session, *, user_id=None, status=None, job_type=None, limit=50, cu
 
 def cancel_job(session, timings: QueueTimings, job_id: str) -> dict:
     """pending → cancelled; locked/running → cancel requested; terminal → refused."""
-    expire_due(session, timings, job_id)
-    job = _job_for_update(session, job_id)
+    job = _job_for_update(session, job_id, timings)
     if job.status in TERMINAL:
         raise AiJobError("INVALID_TRANSITION", f"AI job {job_id} is {job.status}; it cannot be cancelled")
     if job.status == "pending":
@@ -476,16 +497,28 @@ def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str
     ``(modelProvider or "*", apiKeyMode)`` the runtime can serve; None: any."""
     if not 1 <= limit <= POLL_LIMIT_MAX:
         raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
-    expire_due(session, timings)
+    expire_if_any_due(session, timings)
     rows = session.execute(text(poll_sql(claim, bool(serves))),
                            poll_params(capabilities, limit, runtime_id, timings, serves)).all()
     return [poll_item(r, claimed=claim) for r in rows]
 
 
 def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
-    """Seed 000's lock: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED."""
-    expire_due(session, timings, job_id)
-    row = session.execute(
+    """Seed 000's lock: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED.
+    A held job whose lease ran out is expired and the UPDATE tried once more."""
+    row = _lock_update(session, timings, job_id, runtime_id)
+    if row is None and expire_due(session, timings, job_id):
+        row = _lock_update(session, timings, job_id, runtime_id)
+    if row is None:
+        status = session.execute(text("SELECT status FROM ai_runtime_job WHERE id = :id"), {"id": job_id}).scalar()
+        if status is None:
+            raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
+        raise AiJobError("JOB_ALREADY_LOCKED", f"AI job {job_id} is {status}, not pending")
+    return {"jobId": row.id, "status": row.status, "lockUntil": iso(row.lock_until), "attemptNo": row.attempt_no}
+
+
+def _lock_update(session, timings: QueueTimings, job_id: str, runtime_id: str):
+    return session.execute(
         text("""
         WITH upd AS (
             UPDATE ai_runtime_job SET status = 'locked', locked_by = :rid, locked_at = now(),
@@ -499,17 +532,15 @@ def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
         ) SELECT * FROM upd"""),
         {"id": job_id, "rid": runtime_id, "lease": timings.lock_seconds},
     ).first()
-    if row is None:
-        status = session.execute(text("SELECT status FROM ai_runtime_job WHERE id = :id"), {"id": job_id}).scalar()
-        if status is None:
-            raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
-        raise AiJobError("JOB_ALREADY_LOCKED", f"AI job {job_id} is {status}, not pending")
-    return {"jobId": row.id, "status": row.status, "lockUntil": iso(row.lock_until), "attemptNo": row.attempt_no}
+
+
+def _holds(job, runtime_id: str, attempt_no: int | None) -> bool:
+    return (job.status in HELD and job.locked_by == runtime_id
+            and (attempt_no is None or job.attempt_no == attempt_no))
 
 
 def _check_holder(job, runtime_id: str, attempt_no: int | None) -> None:
-    if (job.status not in HELD or job.locked_by != runtime_id
-            or (attempt_no is not None and job.attempt_no != attempt_no)):
+    if not _holds(job, runtime_id, attempt_no):
         raise AiJobError("LOCK_LOST", f"{runtime_id} does not hold attempt "
                          f"{attempt_no if attempt_no is not None else job.attempt_no} of AI job {job.id}")
 
@@ -521,34 +552,40 @@ def _cancel_held(session, job) -> None:
     _transition(session, job.id, job.status, "cancelled", runtime=job.locked_by, attempt=job.attempt_no)
 
 
-def _start(session, timings, job) -> None:
-    """locked → running (the first heartbeat, or a result without one)."""
-    session.execute(
-        text("UPDATE ai_runtime_job SET status = 'running', started_at = now(), updated_at = now(),"
-             " lock_until = LEAST(now() + make_interval(secs => :lease),"
-             "                    now() + make_interval(secs => timeout_seconds))"
-             " WHERE id = :id"), {"id": job.id, "lease": timings.lock_seconds})
-    _transition(session, job.id, "locked", "running", runtime=job.locked_by, attempt=job.attempt_no)
+def _start(session, timings, job):
+    """locked → running (the first heartbeat, or a result without one), with
+    its transition, in one statement; → the new ``lock_until``."""
+    return session.execute(
+        text("""
+        WITH upd AS (
+            UPDATE ai_runtime_job SET status = 'running', started_at = now(), updated_at = now(),
+                   lock_until = LEAST(now() + make_interval(secs => :lease),
+                                      now() + make_interval(secs => timeout_seconds))
+            WHERE id = :id RETURNING id, lock_until
+        ), t AS (
+            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id, attempt_no)
+            SELECT id, 'locked', 'running', :rid, :attempt FROM upd RETURNING 1
+        ) SELECT lock_until FROM upd"""),
+        {"id": job.id, "lease": timings.lock_seconds, "rid": job.locked_by, "attempt": job.attempt_no},
+    ).scalar()
 
 
 def heartbeat(session, timings: QueueTimings, job_id: str, runtime_id: str, attempt_no: int | None) -> dict:
     """Extend the lease (never past the execution timeout); the first one starts the job.
     A pending cancel takes effect here: the job → cancelled, CANCEL_REQUESTED."""
-    expire_due(session, timings, job_id)
-    job = _job_for_update(session, job_id)
+    job = _job_for_update(session, job_id, timings)
     _check_holder(job, runtime_id, attempt_no)
     if job.cancel_requested:
         _cancel_held(session, job)
         raise AiJobError("CANCEL_REQUESTED", f"AI job {job_id} was cancelled; stop working on it")
     if job.status == "locked":
-        _start(session, timings, job)
+        until = _start(session, timings, job)
     else:
-        session.execute(
+        until = session.execute(
             text("UPDATE ai_runtime_job SET updated_at = now(),"
                  " lock_until = LEAST(now() + make_interval(secs => :lease),"
                  "                    started_at + make_interval(secs => timeout_seconds))"
-                 " WHERE id = :id"), {"id": job_id, "lease": timings.lock_seconds})
-    until = session.execute(text("SELECT lock_until FROM ai_runtime_job WHERE id = :id"), {"id": job_id}).scalar()
+                 " WHERE id = :id RETURNING lock_until"), {"id": job_id, "lease": timings.lock_seconds}).scalar()
     return {"jobId": job_id, "lockUntil": iso(until)}
 
 
@@ -577,14 +614,16 @@ def submit_result(session, timings: QueueTimings, job_id: str, runtime_id: str, 
         if error_code not in RETRYABLE:
             raise AiJobError("VALIDATION_ERROR", f"errorCode: {error_code!r} is not one of {sorted(RETRYABLE)}")
         key = result_idempotency_key(job_id, attempt_no, f"failed-{error_code}")
-    expire_due(session, timings, job_id)
-    job = _job_for_update(session, job_id)
-    stored = _stored_result(session, key)
-    if stored is not None:
-        return _result_reply(stored, duplicate=True)
-    if job.status == "succeeded":
-        raise AiJobError("RESULT_ALREADY_EXISTS", f"AI job {job_id} already has a different succeeded result")
-    _check_holder(job, runtime_id, attempt_no)
+    job = _job_for_update(session, job_id, timings)
+    if not _holds(job, runtime_id, attempt_no):
+        # While the attempt is held no result of it is stored (any result ends
+        # the hold), so only a caller that no longer holds it may be repeating.
+        stored = _stored_result(session, key)
+        if stored is not None:
+            return _result_reply(stored, duplicate=True)
+        if job.status == "succeeded":
+            raise AiJobError("RESULT_ALREADY_EXISTS", f"AI job {job_id} already has a different succeeded result")
+        _check_holder(job, runtime_id, attempt_no)
     if job.cancel_requested:
         _cancel_held(session, job)
         raise AiJobError("CANCEL_REQUESTED", f"AI job {job_id} was cancelled; the result is discarded")
@@ -597,12 +636,22 @@ def submit_result(session, timings: QueueTimings, job_id: str, runtime_id: str, 
             _store_result(session, key, job, runtime_id, "failed", output, actual, "INVALID_SCHEMA", message)
             _fail(session, timings, job, "INVALID_SCHEMA", message, runtime_id)
             raise AiJobError("INVALID_SCHEMA", message)
-        result_id = _store_result(session, key, job, runtime_id, "succeeded", output, actual, None, None)
+        result_id = _new_id()
         session.execute(
-            text("UPDATE ai_runtime_job SET status = 'succeeded', finished_at = now(), lock_until = NULL,"
-                 " error_code = NULL, error_message = NULL, updated_at = now() WHERE id = :id"),
-            {"id": job_id})
-        _transition(session, job_id, "running", "succeeded", runtime=runtime_id, attempt=attempt_no)
+            text("""
+            WITH r AS (
+                INSERT INTO ai_runtime_result (id, job_id, attempt_no, idempotency_key, runtime_instance_id,
+                                               status, output, output_hash)
+                VALUES (:rid, :id, :a, :k, :r, 'succeeded', CAST(:o AS jsonb), :h) RETURNING 1
+            ), u AS (
+                UPDATE ai_runtime_job SET status = 'succeeded', finished_at = now(), lock_until = NULL,
+                       error_code = NULL, error_message = NULL, updated_at = now()
+                WHERE id = :id RETURNING id
+            )
+            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id, attempt_no)
+            SELECT id, 'running', 'succeeded', :r, :a FROM u"""),
+            {"rid": result_id, "id": job_id, "a": attempt_no, "k": key, "r": runtime_id,
+             "o": _json(output), "h": actual})
         return {"jobId": job_id, "attemptNo": attempt_no, "status": "succeeded",
                 "resultId": result_id, "duplicate": False}
     result_id = _store_result(session, key, job, runtime_id, "failed", None, None, error_code, error_message)
@@ -656,8 +705,7 @@ def snapshot_for_runtime(session, timings: QueueTimings, snapshot_id: str, runti
 def credential_for_runtime(session, timings: QueueTimings, box, job_id: str, runtime_id: str,
                            attempt_no: int) -> dict:
     """The plain user key, only for the holder of the job's current attempt."""
-    expire_due(session, timings, job_id)
-    job = _job_for_update(session, job_id)
+    job = _job_for_update(session, job_id, timings)
     _check_holder(job, runtime_id, attempt_no)
     if job.api_key_mode != "user_deepseek_key" or not job.credential_id:
         raise AiJobError("NOT_FOUND", f"AI job {job_id} uses the platform key")

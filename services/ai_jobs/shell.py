@@ -13,13 +13,13 @@ import json
 from services.ai_jobs.domain import AiJobError
 from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
 from shared.db import roles
-from shared.db.engine import make_engine, make_sessionmaker
+from shared.db.engine import make_engine
 
 
 class AiShell:
     def __init__(self, settings):
         engine = make_engine(settings.database_url, role=settings.db_role(roles.GATEWAY), pool_size=1)
-        self.queue = AiJobQueue(make_sessionmaker(engine), AiQueueConfig.from_settings(settings))
+        self.queue = AiJobQueue(engine, AiQueueConfig.from_settings(settings))
 
     def __repr__(self) -> str:
         return "ai: jobs(status=None, user=None) job(id) counts() cancel(id) rerun(id) revoke(user)"

@@ -27,7 +27,7 @@ def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: 
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=kwargs.pop("max_overflow", 10),
-        pool_pre_ping=True,
+        pool_pre_ping=kwargs.pop("pool_pre_ping", True),
         future=True,
         **kwargs,
     )

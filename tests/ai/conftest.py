@@ -48,7 +48,7 @@ def start_ai(gateway):
                                                        if k in ("lock_seconds", "retry_backoff_seconds")})
         if "timeout_seconds" in ai:
             timings = dataclasses.replace(timings, default_timeout_seconds=ai["timeout_seconds"])
-        ctx.ai = AiJobQueue(ctx.ai.sessions, AiQueueConfig(timings=timings, box=base.box))
+        ctx.ai = AiJobQueue(ctx.ai.engine, AiQueueConfig(timings=timings, box=base.box))
         ctx.sweeper = ExpirySweeper(ctx.ai, interval=0.2).start()
         return ctx.sweeper
 

@@ -23,7 +23,7 @@ from services.ai_runtime.client import RuntimeClient
 from services.ai_runtime.providers import DeepSeekProvider, OfflineProvider
 from services.ai_runtime.worker import RuntimeWorker
 from shared.db import roles
-from shared.db.engine import make_engine, make_sessionmaker
+from shared.db.engine import make_engine
 from tests.ai.conftest import PLATFORM, RUNTIME, TOKENS, Api
 from tests.ai.test_runtime_worker import http_gateway, run_worker, settle  # noqa: F401 - fixtures
 from tests.support.waiting import wait_for
@@ -43,11 +43,11 @@ def test_a_gateway_connection_cannot_write_line_control(gateway, engine):
     with engine.begin() as c:
         c.execute(text("INSERT INTO work_order (code, product_id, route, quantity, priority)"
                        " VALUES ('WO-1', 'SHAFT-B', '[]', 1, 5)"))
-    for sessions in (ctx.ai.sessions, ctx.db):  # the AI writer and the read-only reader alike
+    for sessions in (ctx.ai.engine.connect, ctx.db):  # the AI writer and the read-only reader alike
         with sessions() as s:
             assert s.execute(text("SELECT current_user")).scalar() == roles.GATEWAY
             assert s.execute(text("SELECT count(*) FROM work_order")).scalar() == 1  # reads are fine
-    with ctx.ai.sessions() as s:
+    with ctx.ai.engine.connect() as s:
         # The AI writer may write AI tables, but PostgreSQL itself refuses line control.
         for sql in ("UPDATE job SET status = 'COMPLETED'", "UPDATE work_order SET status = 'CANCELLED'",
                     "DELETE FROM event_log", "INSERT INTO alarm (code, severity, message) VALUES ('X', 'LOW', 'x')"):
@@ -100,7 +100,7 @@ def test_several_sweepers_expire_each_lease_exactly_once(gateway, start_ai, db_u
     for job in jobs:
         assert api.lock(job["id"]).status_code == 200
     engines = [make_engine(db_url, role=roles.GATEWAY, pool_size=2) for _ in range(4)]
-    sweepers = [ExpirySweeper(AiJobQueue(make_sessionmaker(e), ctx.ai.config)) for e in engines]
+    sweepers = [ExpirySweeper(AiJobQueue(e, ctx.ai.config)) for e in engines]
     expired: list[dict] = []
     lock = threading.Lock()
     all_expired = threading.Event()
