@@ -20,7 +20,7 @@ from flask import Flask, request, send_from_directory
 from flask_smorest import Api
 from sqlalchemy.orm import sessionmaker
 
-from gateway import errors, metrics, schemas
+from gateway import errors, metrics, schemas, strict_json
 from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
 from services.ai_jobs.sweeper import ExpirySweeper
 from shared.config import Settings, nameko_config
@@ -99,6 +99,13 @@ class GatewayContext:
                 pool.close()
 
 
+def _content_security_policy(host: str) -> str:
+    host = "".join(c for c in host if c.isalnum() or c in ".-:[]")  # never echo a header verbatim
+    return ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
+            f" connect-src 'self' ws://{host} wss://{host}; frame-ancestors 'none'; base-uri 'none';"
+            " form-action 'self'; object-src 'none'")
+
+
 class GatewayApi(Api):
     # Documented error responses carry the gateway's envelope, not flask-smorest's.
     ERROR_SCHEMA = schemas.ErrorSchema
@@ -142,6 +149,28 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         # Refuse an oversized body before any view (or auth) looks at it.
         if (request.content_length or 0) > MAX_BODY_BYTES:
             raise errors.ApiError(413, "PAYLOAD_TOO_LARGE", "request bodies are limited to 1 MiB")
+
+    @app.before_request
+    def _strict_path_and_query():
+        # NUL and lone surrogates never get past the edge, whatever the route.
+        why = strict_json.bad_text(request.path)
+        if why:
+            raise errors.ApiError(400, "VALIDATION_ERROR", f"path: {why}")
+        for key, value in request.args.items(multi=True):
+            why = strict_json.bad_text(key) or strict_json.bad_text(value)
+            if why:
+                raise errors.ApiError(400, "VALIDATION_ERROR", f"{key[:40]!s}: {why}")
+
+    @app.after_request
+    def _security_headers(response):
+        # The page must not be framed (clickjacking of "Confirm recovery"), run
+        # no inline or foreign script, and leak nothing in the Referer.
+        headers = response.headers
+        headers.setdefault("Content-Security-Policy", _content_security_policy(request.host))
+        headers.setdefault("X-Content-Type-Options", "nosniff")
+        headers.setdefault("Referrer-Policy", "no-referrer")
+        headers.setdefault("X-Frame-Options", "DENY")
+        return response
 
     from gateway.api import register_blueprints
 

@@ -25,27 +25,42 @@ def _token_from_request() -> str | None:
     return None
 
 
-def role_for(token: str | None) -> str | None:
+def holder_for(token: str | None):
+    """The token's :class:`~shared.config.TokenHolder`, or None."""
     if not token:
         return None
     found = None
-    for known, role in current_app.extensions["linectl"].settings.tokens.items():
+    for known, holder in current_app.extensions["linectl"].settings.tokens.items():
         # No early exit: the time taken does not depend on which token matched.
         if hmac.compare_digest(known.encode(), token.encode()):
-            found = role
+            found = holder
     return found
 
 
+def role_for(token: str | None) -> str | None:
+    holder = holder_for(token)
+    return holder.role if holder else None
+
+
+def _note(raw: str) -> str:
+    """X-Actor, as a free-text note only: printable, one line, at most 100 characters."""
+    return "".join(c for c in raw if c.isprintable() and c != "|")[:100].strip()
+
+
 def authenticate(*roles: str) -> str:
-    """The caller's role; raises 401/403 unless it is one of ``roles`` or admin."""
-    role = role_for(_token_from_request())
-    if role is None:
+    """The caller's role; raises 401/403 unless it is one of ``roles`` or admin.
+    ``g.actor`` is the token's holder (its name, else its role): what audit rows
+    record. A self-asserted ``X-Actor`` rides along as a note, never as the actor."""
+    holder = holder_for(_token_from_request())
+    if holder is None:
         raise ApiError(401, "UNAUTHORIZED", "a valid bearer token is required",
                        {"WWW-Authenticate": 'Bearer realm="linectl"'})
+    role = holder.role
     if role != "admin" and role not in roles:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role
-    g.actor = f"{role}:{request.headers.get('X-Actor', '')[:100]}".rstrip(":")
+    note = _note(request.headers.get("X-Actor", ""))
+    g.actor = f"{holder.name}|{note}" if note else holder.name
     return role
 
 

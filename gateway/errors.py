@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from flask import jsonify
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
@@ -107,7 +107,16 @@ def handle_pool_exhausted(error: PoolTimeout):
     return error_response(503, "UNAVAILABLE", "the gateway is at its database capacity; try again shortly")
 
 
+# What a malformed request can make a parser or driver raise, however it got
+# past the edge's checks: the request is bad, not the server (logged loudly,
+# since it means a check is missing).
+_MALFORMED = (ValueError, TypeError, UnicodeError, RecursionError, OverflowError, LookupError)
+
+
 def handle_unexpected(error: Exception):
+    if isinstance(error, _MALFORMED) or isinstance(error, DataError):
+        log.error("a malformed request got past validation: %r", error, exc_info=error)
+        return error_response(400, "VALIDATION_ERROR", "body: the request could not be read")
     log.exception("unhandled error")
     return error_response(500, "INTERNAL", "internal error; see the gateway log")
 

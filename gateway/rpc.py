@@ -39,7 +39,8 @@ class TransportLost(ApiError):
     client may succeed; commands carry an id, so a retried one runs once)."""
 
     def __init__(self, exc: BaseException):
-        super().__init__(503, "UNAVAILABLE", f"message transport connection lost: {exc}".strip())
+        log.warning("message transport connection lost: %r", exc)
+        super().__init__(503, "UNAVAILABLE", "message transport connection lost; try again")
 
 
 class _ExpiringClusterProxy(ClusterProxy):

@@ -16,7 +16,7 @@ import logging
 import sys
 from pathlib import Path
 
-from shared.config import Settings, SettingsError, load_settings
+from shared.config import Settings, SettingsError, load_settings, mask_url
 
 log = logging.getLogger("linectl")
 
@@ -38,7 +38,7 @@ def cmd_migrate(settings: Settings, args) -> int:
 
     url, _server = database_url(settings)
     upgrade(url, args.revision)
-    print(f"database: {url} migrated to {args.revision}")
+    print(f"database: {mask_url(url)} migrated to {args.revision}")
     return 0
 
 
@@ -63,14 +63,15 @@ def cmd_up(settings: Settings, args) -> int:
             # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
             ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
         print("linectl is up")
-        print(f"database: {url}" + (f" (embedded, data in {server.pgdata})" if server else ""))
+        print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.pgdata},"
+                                             f" password in {server.password_file})" if server else ""))
         print(f"page: {page}")
         print(f"data directory: {settings.data_dir.resolve()}")
         print("processes: " + (", ".join(s.name for s in specs) or "(none built yet)"))
         if settings.tokens_generated:
             print(f"tokens (generated once, kept in {settings.data_dir / 'tokens'}):")
-            for token, role in settings.tokens.items():
-                print(f"  {role}: {token}")
+            for token, holder in settings.tokens.items():
+                print(f"  {holder.role}: {token}")
         sys.stdout.flush()
 
     try:

@@ -39,7 +39,7 @@ class Settings:
     sim_host: str = "127.0.0.1"
     sim_port: int = 5020
     sim_speed: float = 1.0
-    tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)  # token -> role
+    tokens: Mapping[str, TokenHolder] = dataclasses.field(default_factory=dict)  # token -> holder
     tokens_generated: bool = False
     ai_lock_seconds: int = 60
     ai_timeout_seconds: int = 120
@@ -89,7 +89,7 @@ class Settings:
         return "pgsql://" + db.split("://", 1)[1]
 
     def tokens_for(self, role: str) -> list[str]:
-        return [tok for tok, r in self.tokens.items() if r == role]
+        return [tok for tok, holder in self.tokens.items() if holder.role == role]
 
     def replace(self, **changes) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -165,21 +165,47 @@ def _fernet_key(name: str, raw: str) -> str:
     return raw
 
 
-def parse_tokens(name: str, raw: str) -> dict[str, str]:
-    tokens: dict[str, str] = {}
+# The example file's values: a deployment that copied it unchanged is refused.
+PLACEHOLDER_MARKERS = ("change-me", "changeme", "placeholder", "example", "xxxxxxxx")
+MIN_TOKEN_LENGTH = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenHolder:
+    """Who a bearer token belongs to: its role, and the name audit rows record."""
+
+    role: str
+    name: str
+
+
+def parse_tokens(name: str, raw: str) -> dict[str, TokenHolder]:
+    """``role:token`` or ``role:name:token`` pairs, comma-separated."""
+    tokens: dict[str, TokenHolder] = {}
     for item in filter(None, (p.strip() for p in raw.split(","))):
-        role, sep, token = item.partition(":")
-        role = role.strip()
-        token = token.strip()
-        if not sep or not token:
-            raise SettingsError(f"{PREFIX}{name}: expected role:token pairs separated by commas")
+        parts = [p.strip() for p in item.split(":")]
+        if len(parts) == 2:
+            role, holder, token = parts[0], parts[0], parts[1]
+        elif len(parts) == 3:
+            role, holder, token = parts
+        else:
+            raise SettingsError(f"{PREFIX}{name}: expected role:token or role:name:token, separated by commas")
+        if not token or not holder:
+            raise SettingsError(f"{PREFIX}{name}: expected role:token or role:name:token, separated by commas")
         if role not in ROLES:
             raise SettingsError(
                 f"{PREFIX}{name}: unknown role {role!r} (roles: {', '.join(ROLES)})"
             )
-        if len(token) < 8:
-            raise SettingsError(f"{PREFIX}{name}: the {role} token is shorter than 8 characters")
-        tokens[token] = role
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise SettingsError(f"{PREFIX}{name}: the {role} token of {holder} is shorter than"
+                                f" {MIN_TOKEN_LENGTH} characters")
+        if any(marker in token.lower() for marker in PLACEHOLDER_MARKERS):
+            raise SettingsError(f"{PREFIX}{name}: the {role} token of {holder} is the example's placeholder;"
+                                " generate one (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
+        if len(holder) > 64 or not all(c.isalnum() or c in "-_.@" for c in holder):
+            raise SettingsError(f"{PREFIX}{name}: token names use letters, digits and -_.@ (at most 64)")
+        if token in tokens:
+            raise SettingsError(f"{PREFIX}{name}: the same token is given twice")
+        tokens[token] = TokenHolder(role, holder)
     if not tokens:
         raise SettingsError(f"{PREFIX}{name}: no role:token pair given")
     return tokens
@@ -282,6 +308,15 @@ def ensure_tokens(settings: Settings) -> Settings:
     with os.fdopen(fd, "w") as fh:
         fh.write(pairs + "\n")
     return settings.replace(tokens=parse_tokens("TOKENS", pairs), tokens_generated=True)
+
+
+def mask_url(url: str) -> str:
+    """A URL fit to print: any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 def nameko_config(settings: Settings, database_url: str | None = None) -> dict:

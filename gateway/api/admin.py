@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
-
 from gateway.api.ai_common import NoteIn, ai_queue
+from gateway.api.blueprint import Blueprint
 from gateway.auth import require
 
 blp = Blueprint("admin", __name__, url_prefix="/api/admin", description="administration")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
 from gateway.api.ai_common import TEXT, NoteIn, Strict, ai_queue
+from gateway.api.blueprint import Blueprint
 from gateway.auth import require
 from gateway.errors import ApiError
 from services.ai_jobs import schemas

@@ -5,13 +5,17 @@ Prometheus metrics (``/metrics``, see gateway.metrics)."""
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
+import logging
+
 from sqlalchemy import text
 
+from gateway.api.blueprint import Blueprint
 from gateway.api.common import context
 from gateway.errors import ApiError
 from gateway.metrics import LineSnapshot
 from shared.events import HARDWARE, LINE_CONTROLLER
+
+log = logging.getLogger(__name__)
 
 blp = Blueprint("health", __name__, description="liveness, readiness, metrics")
 
@@ -27,7 +31,8 @@ def _check_database() -> str | None:
         with context().db() as session:
             session.execute(text("SELECT 1"))
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
-        return f"database ({type(exc).__name__})"
+        log.info("database check failed: %r", exc)
+        return "database (unreachable)"
     return None
 
 
@@ -37,9 +42,11 @@ def service_status(service: str) -> tuple[dict | None, str | None]:
         with context().status_pool().client() as rpc:
             return getattr(rpc, service).status(), None
     except ApiError as exc:
-        return None, f"{service} ({exc.message})"
-    except Exception as exc:  # noqa: BLE001
-        return None, f"{service} ({type(exc).__name__}: {exc})"
+        log.info("%s status: %s", service, exc.message)
+        return None, f"{service} (not answering)"
+    except Exception as exc:  # noqa: BLE001 - named, not echoed: exception text stays in the log
+        log.info("%s status failed: %r", service, exc)
+        return None, f"{service} (not answering)"
 
 
 def line_controller_status() -> tuple[dict | None, str | None]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
-
 from gateway import schemas
+from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     COMMAND_ERRORS,
     QUERY_ERRORS,

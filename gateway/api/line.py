@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from sqlalchemy import select
 
 from gateway import schemas
+from gateway.api.blueprint import Blueprint
 from gateway.api.common import context, document_errors, get_or_404, read_session, reply
 from gateway.auth import require
 from shared import serialize

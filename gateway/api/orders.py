@@ -3,9 +3,8 @@ and queries (read-only DB)."""
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
-
 from gateway import schemas
+from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     COMMAND_ERRORS,
     QUERY_ERRORS,

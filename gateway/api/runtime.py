@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
 from gateway.api.ai_common import TEXT, JsonBoolean, Strict, ai_queue, not_null
+from gateway.api.blueprint import Blueprint
 from gateway.auth import require
 from gateway.errors import ApiError
 from services.ai_jobs.domain import API_KEY_MODES, JOB_TYPES, POLL_LIMIT_MAX, RETRYABLE

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from datetime import datetime
 
 from sqlalchemy import text
 
@@ -335,14 +336,20 @@ def _cursor_encode(created_at, job_id) -> str:
     return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{job_id}".encode()).decode()
 
 
-def _cursor_decode(cursor: str) -> tuple[str, str]:
+def _cursor_decode(cursor: str) -> tuple[datetime, str]:
+    """Every part checked: strict base64, UTF-8, an aware ISO timestamp and a
+    job id of the API's shape. Anything else was not issued here: 400."""
+    refused = AiJobError("VALIDATION_ERROR", "cursor: not a cursor this API returned")
     try:
-        at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-    except (ValueError, UnicodeDecodeError):
-        raise AiJobError("VALIDATION_ERROR", "cursor: not a cursor this API returned") from None
-    if not job_id:
-        raise AiJobError("VALIDATION_ERROR", "cursor: not a cursor this API returned")
-    return at, job_id
+        raw = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True).decode("utf-8")
+        at, sep, job_id = raw.partition("|")
+        when = datetime.fromisoformat(at)
+    except (ValueError, UnicodeError):
+        raise refused from None
+    if (not sep or when.tzinfo is None or not 0 < len(job_id) <= 200
+            or any(not c.isprintable() for c in job_id)):
+        raise refused
+    return when, job_id
 
 
 def list_jobs(session, *, user_id=None, status=None, job_type=None, limit=50, cursor=None) -> dict:
@@ -353,7 +360,7 @@ def list_jobs(session, *, user_id=None, status=None, job_type=None, limit=50, cu
             params[col] = value
     if cursor:
         params["c_at"], params["c_id"] = _cursor_decode(cursor)
-        where.append("(created_at, id) > (CAST(:c_at AS timestamptz), :c_id)")
+        where.append("(created_at, id) > (:c_at, :c_id)")
     clause = ("WHERE " + " AND ".join(where)) if where else ""
     rows = session.execute(
         text(f"SELECT {JOB_COLUMNS} FROM ai_runtime_job {clause} ORDER BY created_at, id LIMIT :limit"),

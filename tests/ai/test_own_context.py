@@ -233,7 +233,7 @@ def test_offline_demo_runtime_finishes_default_jobs(gateway, start_ai, http_gate
 def test_runtime_client_poll_sends_serves(http_gateway, gateway):  # noqa: F811
     api = Api(gateway.test_client())
     api.create(targetId="x")
-    client = RuntimeClient(http_gateway, "runtime-token-1", "rt-serves")
+    client = RuntimeClient(http_gateway, "runtime-token-00001", "rt-serves")
     worker = RuntimeWorker(client, {"deepseek": DeepSeekProvider("http://127.0.0.1:9", None)})
     assert worker.serves == [{"modelProvider": "deepseek", "apiKeyModes": ["user_deepseek_key"]}]
     assert client.poll(["learning_state_analysis"], serves=worker.serves) == []
@@ -267,7 +267,7 @@ def test_50_runtimes_race_over_http(gateway, start_ai, http_gateway, engine, cla
     output = {"summary": "ok", "masteryLevel": 0.5}
 
     def runtime(i):
-        client = RuntimeClient(http_gateway, "runtime-token-1", f"race-{i}")
+        client = RuntimeClient(http_gateway, "runtime-token-00001", f"race-{i}")
         idle = 0
         while idle < 3:
             page = client.poll(["learning_state_analysis"], limit=1 if claim else 20, claim=claim)

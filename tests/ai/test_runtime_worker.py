@@ -21,7 +21,7 @@ from tests.ai.conftest import TOKENS, Api
 from tests.ai.fake_deepseek import FakeDeepSeek
 from tests.support.waiting import wait_for
 
-RUNTIME_TOKEN = "runtime-token-1"
+RUNTIME_TOKEN = "runtime-token-00001"
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from gateway.rpc import RpcPool
 from services.line_controller.service import LineControllerService
 from shared.config import load_settings
 
-TOKEN = "op-token-e2e-1"
+TOKEN = "op-token-e2e-000001"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -63,3 +63,21 @@ def test_unknown_order_is_404_and_bad_input_400(client):
     assert r.status_code == 400 and r.get_json()["error"]["code"] == "VALIDATION_ERROR"
     r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 0}, headers=AUTH)
     assert r.status_code == 400
+
+
+def test_audit_names_the_token_holder_not_x_actor(container_factory, nameko_config, db_url, engine):
+    container_factory(LineControllerService, nameko_config).start()
+    settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_COMMAND_WAIT_SECONDS": "10",
+                              "LINECTL_TOKENS": f"operator:shift-lead-ann:{TOKEN}"})
+    pool = RpcPool(nameko_config, size=2, timeout=30)
+    try:
+        client = create_app(settings, rpc_pool=pool).test_client()
+        r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1},
+                        headers={**AUTH, "X-Actor": "admin|root"})
+        assert r.status_code == 201, r.get_json()
+    finally:
+        pool.close()
+    with engine.connect() as conn:
+        actor, detail = conn.execute(text("SELECT actor, detail FROM audit_log WHERE action = 'CreateOrder'")).one()
+    assert actor == "shift-lead-ann"
+    assert detail["actorNote"] == "adminroot"  # a note only, its separator stripped

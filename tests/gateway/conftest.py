@@ -18,9 +18,9 @@ from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
 from tests.support.waiting import wait_for
 
-OPERATOR = "op-token-123"
-ADMIN = "admin-token-123"
-RUNTIME = "rt-token-123"
+OPERATOR = "operator-token-0123"
+ADMIN = "admin-token-000123"
+RUNTIME = "runtime-token-0123"
 TOKENS = f"operator:{OPERATOR},admin:{ADMIN},runtime:{RUNTIME}"
 AUTH = {"Authorization": f"Bearer {OPERATOR}"}
 

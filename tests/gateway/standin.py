@@ -20,6 +20,7 @@ from nameko.rpc import rpc
 from nameko.standalone.events import event_dispatcher
 from sqlalchemy import func, select, text
 
+from services.line_controller.messages import split_actor
 from shared import serialize
 from shared.config import Settings
 from shared.db.dependency import Database
@@ -212,7 +213,7 @@ class StandInLineController:
                                   actor=actor)
                 s.add(msg)
                 try:
-                    result, events = HANDLERS[type](s, payload, actor)
+                    result, events = HANDLERS[type](s, payload, split_actor(actor)[0])
                 except (Rejected, KeyError) as exc:
                     code = getattr(exc, "code", "VALIDATION_ERROR")
                     message = getattr(exc, "message", f"unknown command {type}")

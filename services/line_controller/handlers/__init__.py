@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dbstate import DBState
+from ..messages import split_actor
 
 
 @dataclass
@@ -26,7 +27,7 @@ class HandlerContext:
 
     @property
     def actor(self) -> str:
-        return self.message.actor or "system"
+        return split_actor(self.message.actor)[0] or "system"
 
 
 from . import commands, recovery, results, signals, timers  # noqa: E402
