@@ -14,7 +14,9 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     stack = stack_factory().up()
     stack.wait_line("linectl: ready")
     out = stack.output()
-    assert f"database: postgresql://postgres@127.0.0.1:{stack.pg_port}/" in out
+    # The embedded server needs a password on TCP; the summary never prints it.
+    assert f"database: postgresql://postgres:***@127.0.0.1:{stack.pg_port}/" in out
+    assert (stack.data_dir / "pg.password").read_text().strip() not in out
     assert f"page: http://127.0.0.1:{stack.http_port}/" in out
     assert "processes: sim, hardware, line_controller, gateway" in out
     assert "operator: " in out  # the tokens generated on first start
