@@ -63,7 +63,7 @@ def cmd_up(settings: Settings, args) -> int:
             # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
             ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
         print("linectl is up")
-        print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.pgdata},"
+        print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.requested},"
                                              f" password in {server.password_file})" if server else ""))
         print(f"page: {page}")
         print(f"data directory: {settings.data_dir.resolve()}")
