@@ -8,10 +8,11 @@ job naming the credential; they are never logged.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
+
+from shared.secret_files import read_or_create_private
 
 
 class CredentialBox:
@@ -22,17 +23,7 @@ class CredentialBox:
     def from_settings(cls, settings) -> CredentialBox:
         if settings.ai_credential_key:
             return cls(settings.ai_credential_key)
-        path = Path(settings.data_dir) / "ai_credential.key"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process created it first
-            else:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(Fernet.generate_key())
-        return cls(path.read_bytes().strip())
+        return cls(read_or_create_private(Path(settings.data_dir) / "ai_credential.key", Fernet.generate_key))
 
     def seal(self, plain: str) -> bytes:
         return self._fernet.encrypt(plain.encode("utf-8"))

@@ -283,17 +283,10 @@ class EmbeddedPostgres:
 
     def password(self) -> str:
         """The superuser's password, generated once (mode 0600)."""
-        path = self.password_file
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process made it first
-            else:
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(secrets.token_urlsafe(24) + "\n")
-        return path.read_text().strip()
+        from shared.secret_files import read_or_create_private
+
+        return read_or_create_private(self.password_file,
+                                      lambda: secrets.token_urlsafe(24).encode() + b"\n").decode()
 
     HBA = ("# written by linectl: the socket is private to the cluster's owner; TCP needs the password\n"
            "local all all trust\n"
@@ -303,18 +296,7 @@ class EmbeddedPostgres:
     def _secure(self) -> None:
         """Give the superuser its password and require it on TCP (also for a
         cluster an older linectl made with trust auth)."""
-        import psycopg2
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = psycopg2.connect(host=str(self.pgdata), port=self.port, user="postgres",
-                                        dbname="postgres")
-                break
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        conn = self._connect(host=str(self.pgdata), port=self.port, user="postgres", dbname="postgres")
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
@@ -332,18 +314,22 @@ class EmbeddedPostgres:
 
         return f"postgresql://postgres:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{database}"
 
-    def ensure_database(self, name: str) -> None:
+    @staticmethod
+    def _connect(*args, **kwargs):
+        """A connection, retried for up to 30 s while the server comes up."""
         import psycopg2
 
         deadline = time.monotonic() + 30
         while True:
             try:
-                conn = psycopg2.connect(self.url("postgres"))
-                break
+                return psycopg2.connect(*args, **kwargs)
             except psycopg2.OperationalError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def ensure_database(self, name: str) -> None:
+        conn = self._connect(self.url("postgres"))
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
