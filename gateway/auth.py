@@ -14,6 +14,7 @@ import hmac
 from flask import current_app, g, request
 
 from gateway.errors import ApiError
+from shared.events import ACTOR_NOTE_SEPARATOR
 
 
 def _token_from_request() -> str | None:
@@ -37,14 +38,9 @@ def holder_for(token: str | None):
     return found
 
 
-def role_for(token: str | None) -> str | None:
-    holder = holder_for(token)
-    return holder.role if holder else None
-
-
 def _note(raw: str) -> str:
     """X-Actor, as a free-text note only: printable, one line, at most 100 characters."""
-    return "".join(c for c in raw if c.isprintable() and c != "|")[:100].strip()
+    return "".join(c for c in raw if c.isprintable() and c != ACTOR_NOTE_SEPARATOR)[:100].strip()
 
 
 def authenticate(*roles: str) -> str:
@@ -60,7 +56,7 @@ def authenticate(*roles: str) -> str:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role
     note = _note(request.headers.get("X-Actor", ""))
-    g.actor = f"{holder.name}|{note}" if note else holder.name
+    g.actor = f"{holder.name}{ACTOR_NOTE_SEPARATOR}{note}" if note else holder.name
     return role
 
 

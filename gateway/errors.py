@@ -110,11 +110,11 @@ def handle_pool_exhausted(error: PoolTimeout):
 # What a malformed request can make a parser or driver raise, however it got
 # past the edge's checks: the request is bad, not the server (logged loudly,
 # since it means a check is missing).
-_MALFORMED = (ValueError, TypeError, UnicodeError, RecursionError, OverflowError, LookupError)
+_MALFORMED = (ValueError, TypeError, UnicodeError, RecursionError, OverflowError, LookupError, DataError)
 
 
 def handle_unexpected(error: Exception):
-    if isinstance(error, _MALFORMED) or isinstance(error, DataError):
+    if isinstance(error, _MALFORMED):
         log.error("a malformed request got past validation: %r", error, exc_info=error)
         return error_response(400, "VALIDATION_ERROR", "body: the request could not be read")
     log.exception("unhandled error")

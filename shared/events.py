@@ -94,3 +94,8 @@ HW_ERROR_CODES = (
 # -- line_controller → gateway --------------------------------------------------------
 
 LINE_EVENTS = "line_events"
+
+# A command's ``actor`` is "holder" or "holder|note": the authenticated token
+# holder the gateway names, then the caller's own free-text note (X-Actor),
+# recorded but never taken as who acted.
+ACTOR_NOTE_SEPARATOR = "|"

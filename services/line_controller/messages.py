@@ -57,14 +57,11 @@ class EventLoopMessage:
         return parse_payload(cls, self.payload)
 
 
-ACTOR_NOTE_SEPARATOR = "|"
-
-
 def split_actor(actor: str | None) -> tuple[str, str]:
     """``"holder|note"`` → ``(holder, note)``: the authenticated token holder the
     gateway names, and the caller's own free-text note (``X-Actor``), which is
     recorded but never taken as who acted."""
-    holder, _, note = (actor or "").partition(ACTOR_NOTE_SEPARATOR)
+    holder, _, note = (actor or "").partition(ev.ACTOR_NOTE_SEPARATOR)
     return holder, note
 
 
