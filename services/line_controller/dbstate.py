@@ -585,6 +585,9 @@ class DBState:
         row = self._one("SELECT COALESCE(MAX(seq), 0) AS seq, COALESCE(MAX(tx_id), 0) AS tx FROM event_log")
         return row.seq, row.tx
 
+    def event_exists(self, seq: int, tx_id: int) -> bool:
+        return self._one("SELECT 1 AS x FROM event_log WHERE seq = :s AND tx_id = :t", s=seq, t=tx_id) is not None
+
     def queued_messages(self):
         return self._all("SELECT * FROM loop_message WHERE status = 'QUEUED' ORDER BY created_at, id")
 

@@ -95,6 +95,10 @@ class EventLoop:
         self._routes: dict[int, list] = {}
         self.last_seq = 0
         self.last_tx = 0
+        # After a failed transaction the counters may be behind the database (a
+        # COMMIT can land on the server while its answer is lost): re-read first.
+        self._counters_stale = False
+        self.failed_transactions = 0
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
@@ -170,6 +174,7 @@ class EventLoop:
         return {"queueLength": self.inbox.qsize(), "lagSeconds": round(lag, 3),
                 "handledTotal": self.handled_total, "lastSeq": self.last_seq,
                 "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
+                "failedTransactionsTotal": self.failed_transactions,
                 "handling": self.handling.snapshot()}
 
     # -- the way in -------------------------------------------------------------------------
@@ -233,10 +238,31 @@ class EventLoop:
     def _transaction(self):
         conn = self._connection()
         try:
-            return conn, conn.begin()
+            tx = conn.begin()
+            if self._counters_stale:
+                self.last_seq, self.last_tx = DBState(conn).last_seq_and_tx()
+                self._counters_stale = False
+            return conn, tx
         except Exception:
             self._conn = None
             raise
+
+    def _landed(self, message_id: str | None, frames: list[dict]) -> bool:
+        """Whether a transaction whose COMMIT raised is in the database after all
+        (the server committed, the answer was lost). Only the loop writes its
+        message rows and the event log, so either tells. Unknowable (the database
+        is away) counts as not landed: the caller answers FAILED."""
+        try:
+            with self.engine.connect() as conn:
+                db = DBState(conn)
+                if message_id is not None:
+                    row = db.message_outcome(message_id)
+                    return row is not None and row.status != "QUEUED"
+                if frames:
+                    return db.event_exists(frames[0]["seq"], frames[0]["txId"])
+        except Exception:  # noqa: BLE001 - the database is unreachable
+            log.warning("could not tell whether the failed commit landed", exc_info=True)
+        return False
 
     def handle(self, msg: m.EventLoopMessage) -> Outcome:
         """Handle one message to completion (also callable directly, serially, by tests)."""
@@ -248,6 +274,7 @@ class EventLoop:
         except m.ValidationError as exc:
             return self._reject(msg, exc)
         conn, tx = self._transaction()
+        frames = None
         try:
             db = DBState(conn, routes=self._routes)
             ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
@@ -267,7 +294,10 @@ class EventLoop:
         except Exception:
             log.exception("message %s (%s) failed", msg.id, msg.type)
             self._abandon(tx)
-            return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
+            if frames is None or not self._landed(msg.id if record else None, frames):
+                return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"),
+                                    "FAILED")
+            log.warning("message %s (%s): its commit landed after all", msg.id, msg.type)
         self._committed(frames)
         self.handled_total += 1
         if msg.type == "RecoveryCheck":
@@ -277,10 +307,16 @@ class EventLoop:
         self._send(requests)
         for follow_up in follow_ups:
             self._enqueue(follow_up)
-        self.schedule()
+        try:
+            self.schedule()
+        except Exception:  # the message is committed: its outcome stands
+            log.exception("scheduling round after %s (%s) failed; the next tick retries",
+                          msg.id, msg.type)
         return Outcome(msg.id, status, result)
 
     def _abandon(self, tx) -> None:
+        self.failed_transactions += 1
+        self._counters_stale = True
         try:
             tx.rollback()
         except Exception:  # the connection itself is broken: start afresh next time
@@ -365,6 +401,7 @@ class EventLoop:
             return
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()
+        frames = None
         try:
             db = DBState(conn, routes=self._routes)
             state = build_system_state(Session(bind=conn), self.layout, db.now)
@@ -382,6 +419,8 @@ class EventLoop:
             return
         except Exception:
             self._abandon(tx)
-            raise
+            if frames is None or not self._landed(None, frames):
+                raise
+            log.warning("scheduling round tx %s: its commit landed after all", frames[0]["txId"])
         self._committed(frames)
         self._send(requests)

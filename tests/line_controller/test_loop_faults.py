@@ -1,0 +1,104 @@
+"""Faults at the loop's edges: a COMMIT whose answer is lost, a failing
+scheduling round after a committed command. Each injects the fault at the
+DBAPI boundary (the driver's commit) or in the scheduler, on a real database."""
+
+import psycopg2
+import pytest
+
+ORDER = {"productId": "SHAFT-B", "quantity": 1}
+
+
+def _seqs_and_txs(h):
+    rows = h.rows("SELECT seq, tx_id FROM event_log ORDER BY seq")
+    return [r.seq for r in rows], [r.tx_id for r in rows]
+
+
+def _assert_gapless(h):
+    seqs, txs = _seqs_and_txs(h)
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert txs == sorted(txs) and set(txs) == set(range(1, max(txs) + 1))
+
+
+@pytest.fixture
+def drop_at_commit(harness, monkeypatch):
+    """Arms a one-shot fault: the next COMMIT of the loop's engine is (``land=True``)
+    done on the server, or (``land=False``) not, and either way the connection
+    then breaks before the client hears the answer."""
+    dialect = harness.loop.engine.dialect
+    real = dialect.do_commit
+
+    def arm(land: bool):
+        fired = []
+
+        def commit_then_drop(dbapi_conn):
+            if fired:
+                return real(dbapi_conn)
+            fired.append(True)
+            if land:
+                real(dbapi_conn)
+            dbapi_conn.close()
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+        monkeypatch.setattr(dialect, "do_commit", commit_then_drop)
+        return fired
+
+    return arm
+
+
+def test_a_commit_that_landed_but_whose_answer_was_lost_is_the_outcome(harness, drop_at_commit):
+    harness.ok("CreateOrder", ORDER)
+    fired = drop_at_commit(land=True)
+    out = harness.send("CreateOrder", {**ORDER, "code": "LOST-ANSWER"})
+    assert fired
+    assert out.status == "HANDLED" and out.result["code"] == "LOST-ANSWER"
+    # The frames of the landed transaction were published as usual.
+    assert any(f["payload"].get("code") == "LOST-ANSWER" for _, frames in harness.published for f in frames)
+    # The loop is not wedged: the next message commits with the next seq.
+    after = harness.send("CreateOrder", {**ORDER, "code": "NEXT"})
+    assert after.status == "HANDLED", after
+    _assert_gapless(harness)
+    assert harness.row("SELECT count(*) AS n FROM work_order").n == 3
+
+
+def test_a_commit_that_did_not_land_fails_and_the_next_message_still_commits(harness, drop_at_commit):
+    harness.ok("CreateOrder", ORDER)
+    drop_at_commit(land=False)
+    out = harness.send("CreateOrder", {**ORDER, "code": "NEVER"})
+    assert out.status == "FAILED" and out.error["code"] == "INTERNAL"
+    after = harness.send("CreateOrder", {**ORDER, "code": "NEXT"})
+    assert after.status == "HANDLED", after
+    _assert_gapless(harness)
+    codes = {r.code for r in harness.rows("SELECT code FROM work_order")}
+    assert "NEVER" not in codes and "NEXT" in codes
+
+
+def test_a_scheduling_round_that_lands_but_loses_its_answer_sends_its_requests(harness, drop_at_commit):
+    from tests.line_controller.scripted import Refill
+
+    _, (job_id, _) = harness.started_order(quantity=2)
+    harness.scheduler.queued.append(Refill(job_id, 1))
+    drop_at_commit(land=True)
+    harness.loop.schedule()
+    assert [r.rpc for r in harness.hardware.requests] == ["dock_to_buffer"]
+    assert harness.ok("CreateOrder", ORDER)
+    _assert_gapless(harness)
+
+
+def test_a_failing_scheduling_round_never_rewrites_a_committed_command(harness):
+    def broken_round(state):
+        raise psycopg2.OperationalError("the database went away during the round")
+
+    harness.scheduler.queued.append(broken_round)
+    out = harness.send("CreateOrder", {**ORDER, "code": "COMMITTED"})
+    assert out.status == "HANDLED" and out.result["code"] == "COMMITTED"
+    recorded = harness.row("SELECT status FROM loop_message WHERE id = :id", id=out.message_id)
+    assert recorded.status == "HANDLED"
+    # The next tick runs a round again, and the log stays gapless.
+    from tests.line_controller.scripted import Refill
+    order_id = out.result["id"]
+    harness.ok("StartOrder", {"workOrderId": order_id})
+    (job,) = harness.rows("SELECT id FROM job WHERE work_order_id = :o", o=order_id)
+    harness.scheduler.queued.append(Refill(job.id, 1))
+    assert harness.send("ScheduleTick").status == "HANDLED"
+    assert [r.rpc for r in harness.hardware.requests] == ["dock_to_buffer"]
+    _assert_gapless(harness)
