@@ -55,6 +55,7 @@ def authenticate(*roles: str) -> str:
     if role != "admin" and role not in roles:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role
+    g.holder = holder.name
     note = _note(request.headers.get("X-Actor", ""))
     g.actor = f"{holder.name}{ACTOR_NOTE_SEPARATOR}{note}" if note else holder.name
     return role

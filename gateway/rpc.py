@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import amqp.exceptions
 import kombu.exceptions
 import psycopg2
-from nameko.exceptions import RpcTimeout, UnknownService
+from nameko.exceptions import RemoteError, RpcTimeout, UnknownService
 from nameko.rpc import ServiceProxy
 from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxyBase
 
@@ -97,8 +97,8 @@ class RpcPool:
                 ok = True
             except (RpcTimeout, UnknownService):
                 raise
-            except ApiError:
-                ok = True
+            except (ApiError, RemoteError):
+                ok = True  # the client is fine; the call failed on the other side
                 raise
             finally:
                 if ok:
@@ -107,6 +107,10 @@ class RpcPool:
                     self._discard(entry[0])
         except UnknownService as exc:
             raise ApiError(503, "UNAVAILABLE", f"service unavailable: {exc}") from None
+        except RemoteError as exc:
+            # The service raised (its database is down, most likely): its fault, not the caller's.
+            log.warning("RPC failed in the service: %s", exc.exc_type)
+            raise ApiError(503, "UNAVAILABLE", "the service could not answer; try again shortly") from None
         except RpcTimeout:
             raise ApiError(503, "UNAVAILABLE", "the service did not answer in time") from None
         except TRANSPORT_LOST as exc:

@@ -3,10 +3,11 @@ pagination, id guards, and sending a command to the line_controller loop."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from contextlib import contextmanager
 
-from flask import current_app, g, jsonify
+from flask import current_app, g, jsonify, request
 from sqlalchemy import select
 
 from gateway import schemas
@@ -14,8 +15,12 @@ from gateway.errors import ApiError
 from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
 
-# Commands' error codes from the loop → HTTP status.
-_REJECTION_STATUS = {"INVALID_TRANSITION": 409, "NOT_FOUND": 404, "VALIDATION_ERROR": 400}
+# Commands' error codes from the loop → HTTP status. INTERNAL is the loop's own
+# fault (its database went away mid-command): the server's, not the client's.
+_REJECTION_STATUS = {"INVALID_TRANSITION": 409, "NOT_FOUND": 404, "VALIDATION_ERROR": 400,
+                     "IDEMPOTENCY_KEY_REUSED": 409}
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 200
 
 # Error responses a command endpoint documents (schemathesis checks them).
 COMMAND_ERRORS = (400, 401, 403, 404, 409, 503)
@@ -103,14 +108,31 @@ def page(model, key_column, args: dict, serializer, *filters) -> dict:
     return reply({"items": items, "nextCursor": next_cursor})
 
 
-def run_command(command_type: str, payload: dict, *, ok_status: int = 200):
+def idempotent_command_id() -> str | None:
+    """The command id an ``Idempotency-Key`` header names, scoped to the token's
+    holder (two clients' keys never collide), or None without the header. The
+    loop de-duplicates by command id, so a repeat is answered from its record
+    for as long as retention keeps it (``LINECTL_RETENTION_EVENT_DAYS``)."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise ApiError(400, "VALIDATION_ERROR",
+                       f"{IDEMPOTENCY_HEADER}: 1..{MAX_IDEMPOTENCY_KEY} printable characters")
+    digest = hashlib.sha256(f"{g.holder}\0{key}".encode()).hexdigest()
+    return f"idem-{digest[:48]}"
+
+
+def run_command(command_type: str, payload: dict, *, ok_status: int = 200, command_id: str | None = None):
     """Send a command to the loop and translate its outcome into HTTP.
 
-    HANDLED → ``result`` with ``ok_status``; QUEUED (the wait timed out) → 202
-    ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and message.
-    The line_controller unreachable → 503 (raised by the RPC pool)."""
+    HANDLED → ``result`` with ``ok_status`` (200 when it is the recorded outcome
+    of an earlier request with this ``command_id``); QUEUED (the wait timed out)
+    → 202 ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and
+    message; FAILED (the loop's database failed) → 503. The line_controller
+    unreachable → 503 (raised by the RPC pool)."""
     ctx = context()
-    command_id = uuid.uuid4().hex
+    command_id = command_id or uuid.uuid4().hex
     for attempt in (1, 2):
         try:
             with ctx.rpc_pool().client() as rpc:
@@ -126,9 +148,12 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200):
                 raise
     status = outcome.get("status")
     if status == "HANDLED":
-        return reply(outcome.get("result") or {}, ok_status)
+        return reply(outcome.get("result") or {}, 200 if outcome.get("replayed") else ok_status)
     if status == "QUEUED":
         return reply({"commandId": outcome.get("commandId") or command_id}, 202)
     error = outcome.get("error") or {}
     code = error.get("code") or "INVALID_TRANSITION"
+    if status == "FAILED" or code == "INTERNAL":
+        raise ApiError(503, "UNAVAILABLE", "the line controller could not complete the command; "
+                       f"see GET /api/commands/{command_id} before retrying")
     raise ApiError(_REJECTION_STATUS.get(code, 409), code, error.get("message") or code)

@@ -14,6 +14,7 @@ from gateway.api.common import (
     get_or_404,
     page,
     parse_statuses,
+    idempotent_command_id,
     run_command,
 )
 from gateway.auth import require
@@ -31,13 +32,18 @@ ORDER_COMMANDS = {"start": "StartOrder", "pause": "PauseOrder", "resume": "Resum
 @require("operator")
 @blp.arguments(schemas.CreateOrderSchema)
 @blp.response(201, schemas.WorkOrderSchema)
+@blp.alt_response(200, schema=schemas.WorkOrderSchema, description="a repeat of an Idempotency-Key")
 @blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
 @document_errors(blp, *COMMAND_ERRORS)
 def create_order(body):
+    """Create a work order. With an ``Idempotency-Key`` header a repeat of the same
+    body answers 200 with the same order; the key with another body is 409
+    ``IDEMPOTENCY_KEY_REUSED``."""
+    command_id = idempotent_command_id()
     layout = context().line_layout()
     if body["productId"] not in {p.id for p in layout.products}:
         raise ApiError(400, "VALIDATION_ERROR", f"productId: unknown product {body['productId']!r}")
-    return run_command("CreateOrder", body, ok_status=201)
+    return run_command("CreateOrder", body, ok_status=201, command_id=command_id)
 
 
 @blp.route("/api/work-orders", methods=["GET"])

@@ -21,6 +21,7 @@ redelivery, and redelivery is harmless (de-duplication by id).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -53,15 +54,24 @@ class Outcome:
     status: str  # HANDLED | REJECTED | STALE | DUPLICATE | FAILED | QUEUED
     result: dict | None = None
     error: dict | None = None
+    # The recorded outcome of an earlier delivery of this id (a client's retry):
+    # the gateway answers 200 where the first answer was 201.
+    replayed: bool = False
 
     def to_reply(self) -> dict:
         return {"commandId": self.message_id, "status": self.status, "result": self.result,
-                "error": self.error}
+                "error": self.error, "replayed": self.replayed}
 
     @classmethod
-    def from_row(cls, row) -> Outcome:
+    def from_row(cls, row, *, replayed: bool = False) -> Outcome:
         error = {"code": row.error_code, "message": row.error_message or ""} if row.error_code else None
-        return cls(row.id, row.status, row.result, error)
+        return cls(row.id, row.status, row.result, error, replayed)
+
+
+def _reused(msg) -> Outcome:
+    return Outcome(msg.id, "REJECTED", error={
+        "code": "IDEMPOTENCY_KEY_REUSED",
+        "message": "this idempotency key was used for a different request"})
 
 
 @dataclass
@@ -69,6 +79,7 @@ class Pending:
     """A caller's handle on an enqueued message."""
     message: m.EventLoopMessage
     done: Event = field(default_factory=Event)
+    replay: bool = False  # another caller already waits on this id
 
     def wait(self, timeout: float | None) -> Outcome | None:
         """The outcome, or None when ``timeout`` ran out (the message still runs)."""
@@ -180,19 +191,22 @@ class EventLoop:
     # -- the way in -------------------------------------------------------------------------
 
     def persist(self, msg: m.EventLoopMessage) -> Outcome | None:
-        """Make a command durable before it is enqueued; the recorded outcome when
-        this id was already handled."""
+        """Make a command durable before it is enqueued. None: enqueue it. Else the
+        answer at once: the recorded outcome when this id was already handled, or
+        ``IDEMPOTENCY_KEY_REUSED`` when the id was used for another request.
+        (A concurrent insert of the same id waits on the key, then reads the winner.)"""
         with self.engine.begin() as conn:
             db = DBState(conn)
+            db.persist_queued(msg)
             row = db.message_outcome(msg.id)
-            if row is not None and row.status != "QUEUED":
-                return Outcome.from_row(row)
-            if row is None:
-                db.persist_queued(msg)
+        if row.type != msg.type or row.payload != msg.payload:
+            return _reused(msg)
+        if row.status != "QUEUED":
+            return Outcome.from_row(row, replayed=True)
         return None
 
     def submit(self, msg: m.EventLoopMessage) -> Pending:
-        pending = Pending(msg)
+        pending = Pending(msg, replay=msg.id in self._pending)
         self._pending.setdefault(msg.id, []).append(pending)
         self._enqueue(msg)
         return pending
@@ -225,7 +239,7 @@ class EventLoop:
             eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
                                  self._recovery_check(msg.payload.get("plcState")))
         for pending in self._pending.pop(msg.id, []):
-            pending.done.send(outcome)
+            pending.done.send(dataclasses.replace(outcome, replayed=True) if pending.replay else outcome)
         return outcome
 
     def _connection(self):
@@ -340,7 +354,7 @@ class EventLoop:
         with self.engine.connect() as conn:
             recorded = Outcome.from_row(DBState(conn).message_outcome(msg.id))
         if msg.category == m.COMMAND:
-            return recorded
+            return dataclasses.replace(recorded, replayed=True)
         return Outcome(msg.id, "DUPLICATE", recorded.result, recorded.error)
 
     def _reject(self, msg, exc, status: str = "REJECTED") -> Outcome:

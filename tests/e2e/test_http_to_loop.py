@@ -81,3 +81,67 @@ def test_audit_names_the_token_holder_not_x_actor(container_factory, nameko_conf
         actor, detail = conn.execute(text("SELECT actor, detail FROM audit_log WHERE action = 'CreateOrder'")).one()
     assert actor == "shift-lead-ann"
     assert detail["actorNote"] == "adminroot"  # a note only, its separator stripped
+
+
+def test_an_idempotency_key_makes_order_creation_safe_to_retry(client, engine):
+    body = {"productId": "SHAFT-B", "quantity": 2, "priority": 3}
+    key = {**AUTH, "Idempotency-Key": "client-retry-7f3a"}
+    first = client.post("/api/work-orders", json=body, headers=key)
+    assert first.status_code == 201, first.get_json()
+    again = client.post("/api/work-orders", json=body, headers=key)
+    assert again.status_code == 200, again.get_json()
+    assert again.get_json()["id"] == first.get_json()["id"]
+    other = client.post("/api/work-orders", json={**body, "quantity": 3}, headers=key)
+    assert other.status_code == 409
+    assert other.get_json()["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
+    # Without a key (or with another one) each POST is a new order.
+    assert client.post("/api/work-orders", json=body, headers=AUTH).status_code == 201
+    assert client.post("/api/work-orders", json=body,
+                       headers={**AUTH, "Idempotency-Key": "another-key"}).status_code == 201
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM work_order")).scalar() == 3
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "x" * 201, "tab\there"])
+def test_a_malformed_idempotency_key_is_400_and_creates_nothing(client, engine, bad):
+    r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1},
+                    headers={**AUTH, "Idempotency-Key": bad})
+    assert r.status_code == 400 and "Idempotency-Key" in r.get_json()["error"]["message"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM work_order")).scalar() == 0
+
+
+def test_a_loop_whose_database_fails_mid_command_is_503_not_409(client, engine, monkeypatch):
+    """The loop answers FAILED/INTERNAL when its own transaction fails: that is
+    the server's fault (503 UNAVAILABLE), never the client's (409)."""
+    from services.line_controller import loop as loop_module
+
+    def broken_handler(parsed, ctx):
+        raise RuntimeError("connection to the database lost")
+
+    monkeypatch.setitem(loop_module.HANDLERS, "CreateOrder", broken_handler)
+    r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1}, headers=AUTH)
+    assert r.status_code == 503, r.get_json()
+    assert r.get_json()["error"]["code"] == "UNAVAILABLE"
+
+
+def test_a_service_that_raises_is_503_not_500(container_factory, nameko_config, db_url, monkeypatch):
+    """A RemoteError (the service raised, e.g. its database is down while it
+    persists the command) maps to 503 UNAVAILABLE."""
+    from services.line_controller.loop import EventLoop
+
+    def database_down(self, msg):
+        raise ConnectionError("could not connect to server")
+
+    monkeypatch.setattr(EventLoop, "persist", database_down)
+    container_factory(LineControllerService, nameko_config).start()
+    settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": f"operator:{TOKEN}",
+                              "LINECTL_COMMAND_WAIT_SECONDS": "10"})
+    pool = RpcPool(nameko_config, size=2, timeout=30)
+    try:
+        client = create_app(settings, rpc_pool=pool).test_client()
+        r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1}, headers=AUTH)
+    finally:
+        pool.close()
+    assert r.status_code == 503, r.get_json()
+    assert r.get_json()["error"]["code"] == "UNAVAILABLE"

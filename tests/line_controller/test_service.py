@@ -68,7 +68,8 @@ def test_command_round_trip(rpc_proxy, engine):
                                 wait_seconds=20)
     assert (started["commandId"], started["status"], started["result"]["status"]) == ("start-1", "HANDLED", "RUNNING")
     again = rpc_proxy.command("StartOrder", {"workOrderId": order_id}, "alice", command_id="start-1")
-    assert again == started  # a repeated command id: the recorded outcome, not a second run
+    # A repeated command id: the recorded outcome (marked as a replay), not a second run.
+    assert again["replayed"] and {**again, "replayed": False} == started
     bad = rpc_proxy.command("StartOrder", {"workOrderId": order_id}, "alice", wait_seconds=20)
     assert (bad["status"], bad["error"]["code"]) == ("REJECTED", "INVALID_TRANSITION")
     assert rpc_proxy.command("Explode", {}, "alice")["error"]["code"] == "VALIDATION_ERROR"
