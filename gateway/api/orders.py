@@ -12,9 +12,9 @@ from gateway.api.common import (
     context,
     document_errors,
     get_or_404,
+    idempotent_command_id,
     page,
     parse_statuses,
-    idempotent_command_id,
     run_command,
 )
 from gateway.auth import require
