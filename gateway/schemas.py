@@ -239,6 +239,16 @@ def page_of(item_schema):
     )
 
 
+class GapSchema(Schema):
+    from_ = fields.Integer(data_key="from", metadata={"description": "the first seq no longer kept"})
+    to = fields.Integer(metadata={"description": "the last seq no longer kept"})
+
+
+class EventPageSchema(page_of(EventFrameSchema)):
+    gap = fields.Nested(GapSchema, metadata={"description": "present when retention purged events "
+                                                            "after `after`"})
+
+
 class EquipmentListSchema(Schema):
     items = fields.List(fields.Nested(EquipmentSchema))
 

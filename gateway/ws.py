@@ -10,7 +10,8 @@ starts at the newest event.
 
 A client whose bounded queue fills up (it reads too slowly) gets
 ``{"type": "overflow", "resumeAfter": seq}`` and is closed; it reconnects
-with ``?after=<resumeAfter>``. The server pings every ``PING_SECONDS``.
+with ``?after=<resumeAfter>``. A client resuming from a seq that retention has
+purged first gets ``{"type": "gap", "from": first missing, "to": last missing}``. The server pings every ``PING_SECONDS``.
 """
 
 from __future__ import annotations
@@ -60,14 +61,25 @@ def _check_request():
     g.ws_relay = _context().event_relay()
 
 
+def gap_before(first_seq: int, last: int) -> dict | None:
+    """The events a client missed between ``last`` and the first one the log still
+    has: seq is gapless, so a jump means retention purged them."""
+    if first_seq > last + 1:
+        return {"from": last + 1, "to": first_seq - 1}
+    return None
+
+
 def _send_from_log(ws, db, last: int, upto: int | None = None) -> int:
-    """Send logged events with ``last < seq (<= upto)`` in order; the new last seq."""
+    """Send logged events with ``last < seq (<= upto)`` in order; the new last seq.
+    Events already purged are announced by one ``gap`` control frame."""
     while True:
         stmt = select(EventLog.__table__).where(EventLog.seq > last).order_by(EventLog.seq).limit(BACKLOG_PAGE)
         if upto is not None:
             stmt = stmt.where(EventLog.seq <= upto)
         with db() as session:
             frames = [serialize.event_frame(r) for r in session.execute(stmt)]
+        if frames and (gap := gap_before(frames[0]["seq"], last)):
+            ws.send(json.dumps({"type": "gap", **gap}))
         for frame in frames:
             ws.send(json.dumps(frame))
             last = frame["seq"]

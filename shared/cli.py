@@ -12,6 +12,7 @@ A bad setting stops any sub-command with one line naming it (exit status 2).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -109,21 +110,55 @@ def cmd_shell(settings: Settings, args) -> int:
     return 0
 
 
+def cmd_retention(settings: Settings, args) -> int:
+    """``linectl purge`` every ``LINECTL_RETENTION_INTERVAL_SECONDS`` until SIGTERM:
+    ``linectl up``'s ``retention`` process."""
+    args.every = settings.retention_interval_seconds or 3600
+    return cmd_purge(settings, args)
+
+
 def cmd_purge(settings: Settings, args) -> int:
-    """Delete what the retention policy says is old (see shared/db/retention.py)."""
+    """Delete what the retention policy says is old (see shared/db/retention.py):
+    once, or (``args.every``) on a schedule until SIGTERM. A failed scheduled round
+    (the database away) is retried at the next one."""
+    import logging
+    import signal
+    import threading
+
     from shared.db.engine import make_engine
     from shared.db.retention import RetentionPolicy, purge
 
+    log = logging.getLogger("linectl.retention")
+    defaults = RetentionPolicy.from_settings(settings)
+    policy = RetentionPolicy(
+        event_days=args.event_days or defaults.event_days, ai_days=args.ai_days or defaults.ai_days,
+        audit_days=args.audit_days or defaults.audit_days,
+        dead_letter_days=args.dead_letter_days or defaults.dead_letter_days)
     url, server = database_url(settings)
     engine = make_engine(url, pool_size=1)
+    stopping = threading.Event()
+    if args.every:
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        counts = purge(engine, RetentionPolicy(event_days=args.event_days, ai_days=args.ai_days))
+        while True:
+            try:
+                counts = purge(engine, policy)
+            except Exception as exc:  # noqa: BLE001 - once: fail; on a schedule: next round
+                if not args.every:
+                    raise
+                log.warning("retention round failed (%s); next in %ss", type(exc).__name__, args.every)
+            else:
+                summary = " ".join(f"{k}={v}" for k, v in counts.items())
+                if args.every:
+                    log.info("retention: deleted %s", summary)
+                else:
+                    print(summary)
+            if not args.every or stopping.wait(args.every):
+                return 0
     finally:
         engine.dispose()
         if server is not None and server.started_here:
             server.stop()
-    print(" ".join(f"{k}={v}" for k, v in counts.items()))
-    return 0
 
 
 def cmd_sim(settings: Settings, args) -> int:
@@ -156,6 +191,16 @@ def _rate(text: str) -> float:
     return value
 
 
+def _int_range(lo: int, hi: int, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected an integer") from None
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}")
+    return value
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -174,7 +219,8 @@ COMMANDS = {
     "up": (cmd_up, "the whole stack in the foreground"),
     "sim": (cmd_sim, "the Modbus TCP line simulator"),
     "shell": (cmd_shell, "nameko shell with the project's config and helpers"),
-    "purge": (cmd_purge, "delete old event log, messages, audit rows and finished AI jobs"),
+    "purge": (cmd_purge, "delete old event log, messages, audit rows, dead letters and finished AI jobs"),
+    "retention": (cmd_retention, "purge on a schedule (LINECTL_RETENTION_INTERVAL_SECONDS) until stopped"),
     "runtime": (lambda settings, args: _runtime().cmd_runtime(settings, args), "the reference AI Runtime worker"),
 }
 
@@ -186,9 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
-        if name == "purge":
-            p.add_argument("--event-days", type=int, default=30, help="keep this many days of events")
-            p.add_argument("--ai-days", type=int, default=90, help="keep finished AI jobs this long")
+        if name in ("purge", "retention"):
+            days = functools.partial(_int_range, 1, 36500)
+            p.add_argument("--event-days", type=days, help="days of events and handled messages kept "
+                           "(default LINECTL_RETENTION_EVENT_DAYS, 30)")
+            p.add_argument("--ai-days", type=days, help="days finished AI jobs are kept "
+                           "(default LINECTL_RETENTION_AI_DAYS, 90)")
+            p.add_argument("--audit-days", type=days, help="days of audit rows kept "
+                           "(default LINECTL_RETENTION_AUDIT_DAYS, 365)")
+            p.add_argument("--dead-letter-days", type=days, help="days dead letters are kept "
+                           "(default LINECTL_RETENTION_DEAD_LETTER_DAYS, 14)")
+            p.set_defaults(every=None)
         if name == "sim":
             p.add_argument("--port", type=int, default=None,
                            help="listen port (default LINECTL_SIM_PORT)")

@@ -58,6 +58,13 @@ class Settings:
     # straight from PostgreSQL and streams every event over its own relay.
     gateway_workers: int = 0
     gateway_threads: int = 64
+    # Retention (shared/db/retention.py): days kept, and how often the stack's
+    # retention job runs (0: never; run `linectl purge` from a timer instead).
+    retention_event_days: int = 30
+    retention_ai_days: int = 90
+    retention_audit_days: int = 365
+    retention_dead_letter_days: int = 14
+    retention_interval_seconds: int = 3600
 
     @property
     def gateway_worker_count(self) -> int:
@@ -254,6 +261,11 @@ _PARSERS = {
     "DB_ROLES": ("db_roles", _bool),
     "GATEWAY_WORKERS": ("gateway_workers", lambda n, r: _int(n, r, 0, 64)),
     "GATEWAY_THREADS": ("gateway_threads", lambda n, r: _int(n, r, 4, 1024)),
+    "RETENTION_EVENT_DAYS": ("retention_event_days", lambda n, r: _int(n, r, 1, 36500)),
+    "RETENTION_AI_DAYS": ("retention_ai_days", lambda n, r: _int(n, r, 1, 36500)),
+    "RETENTION_AUDIT_DAYS": ("retention_audit_days", lambda n, r: _int(n, r, 1, 36500)),
+    "RETENTION_DEAD_LETTER_DAYS": ("retention_dead_letter_days", lambda n, r: _int(n, r, 1, 36500)),
+    "RETENTION_INTERVAL_SECONDS": ("retention_interval_seconds", lambda n, r: _int(n, r, 0, 7 * 86400)),
 }
 
 

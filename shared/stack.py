@@ -1,8 +1,9 @@
 """What ``linectl up`` runs: the processes of the stack, in start order.
 
 Each process is a separate OS process whose command line names it
-(``sim``, ``hardware``, ``line_controller``, ``gateway``), so operators and
-tests can find it with ``ps``.
+(``sim``, ``hardware``, ``line_controller``, ``gateway``, ``retention``), so
+operators and tests can find it with ``ps``. ``retention`` purges what the
+retention policy says is old, every ``LINECTL_RETENTION_INTERVAL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
          [py, "-m", "shared.run_service", "line_controller"]),
         ("gateway", "gateway.app", [py, "-m", "gateway", "--name", "gateway"]),
     ]
+    if settings.retention_interval_seconds:
+        candidates.append(("retention", "shared.db.retention", [py, "-m", "shared.cli", "retention"]))
     for name, module, argv in candidates:
         if name == "sim" and settings.plc != "sim":
             continue

@@ -8,6 +8,7 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import QUERY_ERRORS, document_errors, read_session, reply
 from gateway.auth import require
+from gateway.ws import gap_before
 from shared import serialize
 from shared.db.models import EventLog
 
@@ -17,13 +18,17 @@ blp = Blueprint("events", __name__, description="the event log")
 @blp.route("/api/events", methods=["GET"])
 @require("operator")
 @blp.arguments(schemas.EventListArgsSchema, location="query")
-@blp.response(200, schemas.page_of(schemas.EventFrameSchema))
+@blp.response(200, schemas.EventPageSchema)
 @document_errors(blp, *QUERY_ERRORS)
 def list_events(args):
-    """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page."""
+    """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page.
+    When retention purged some of them, ``gap`` names the missing seqs ``{from, to}``."""
     stmt = (select(EventLog.__table__).where(EventLog.seq > args["after"])
             .order_by(EventLog.seq).limit(args["limit"]))
     with read_session() as session:
         items = [serialize.event_frame(r) for r in session.execute(stmt)]
     next_cursor = str(items[-1]["seq"]) if len(items) == args["limit"] else None
-    return reply({"items": items, "nextCursor": next_cursor})
+    body = {"items": items, "nextCursor": next_cursor}
+    if items and (gap := gap_before(items[0]["seq"], args["after"])):
+        body["gap"] = gap
+    return reply(body)

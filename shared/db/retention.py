@@ -2,15 +2,21 @@
 
 Deletes, in small batches (short transactions, no long locks):
 
-* ``event_log`` rows older than ``event_days`` — a websocket client resuming
-  from an older ``seq`` is told its resume point is gone;
-* handled ``loop_message`` rows older than ``event_days``;
+* ``event_log`` rows older than ``event_days``, never the newest one (the
+  loop numbers on from it, so ``seq`` never restarts). A client resuming from a
+  purged ``seq`` is told so with a gap frame (``/ws``) or ``gap`` (``/api/events``);
+* handled ``loop_message`` rows older than ``event_days`` (so an
+  ``Idempotency-Key`` is remembered that long; QUEUED ones are never purged);
 * finished AI jobs (succeeded, failed, cancelled) older than ``ai_days``, with
   their results and transitions, and snapshots no job names any more;
-* ``audit_log`` rows older than ``audit_days``.
+* ``audit_log`` rows older than ``audit_days``;
+* the transport's ``mq_dead_letter`` rows older than ``dead_letter_days``.
 
-Run by the line_controller's retention timer (the only writer of these
-tables besides the AI queue), or by hand: ``linectl purge``.
+Deleting old rows never conflicts with their writers (the loop and the AI
+queue only insert new ones and update live ones), so it runs beside them: every
+``LINECTL_RETENTION_INTERVAL_SECONDS`` as the ``retention`` process of
+``linectl up`` (``linectl purge --every``), or from the systemd timer
+``deploy/systemd/linectl-retention.timer``, or by hand: ``linectl purge``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ class RetentionPolicy:
     event_days: int = 30
     ai_days: int = 90
     audit_days: int = 365
+    dead_letter_days: int = 14
+
+    @classmethod
+    def from_settings(cls, settings) -> RetentionPolicy:
+        return cls(event_days=settings.retention_event_days, ai_days=settings.retention_ai_days,
+                   audit_days=settings.retention_audit_days,
+                   dead_letter_days=settings.retention_dead_letter_days)
 
 
 def _delete_batches(engine: Engine, sql: str, params: dict) -> int:
@@ -46,6 +59,7 @@ def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[s
         "event_log": _delete_batches(engine, """
             DELETE FROM event_log WHERE seq IN (
               SELECT seq FROM event_log WHERE at < now() - make_interval(days => :days)
+                AND seq < (SELECT max(seq) FROM event_log)
               ORDER BY seq LIMIT :batch)""", ev),
         "loop_message": _delete_batches(engine, """
             DELETE FROM loop_message WHERE id IN (
@@ -55,6 +69,10 @@ def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[s
             DELETE FROM audit_log WHERE id IN (
               SELECT id FROM audit_log WHERE at < now() - make_interval(days => :days)
               LIMIT :batch)""", {"days": policy.audit_days}),
+        "mq_dead_letter": _delete_batches(engine, """
+            DELETE FROM mq_dead_letter WHERE id IN (
+              SELECT id FROM mq_dead_letter WHERE dead_at < now() - make_interval(days => :days)
+              LIMIT :batch)""", {"days": policy.dead_letter_days}),
     }
     ai = {"days": policy.ai_days}
     old_jobs = """

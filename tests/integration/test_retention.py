@@ -32,3 +32,58 @@ def test_purge_removes_only_what_is_old_and_finished(engine):
         jobs = sorted(r[0] for r in c.execute(text("SELECT id FROM ai_runtime_job")))
         assert jobs == ["new-done", "old-pending"]
         assert c.execute(text("SELECT count(*) FROM ai_job_transition")).scalar() == 0
+
+
+def test_purge_keeps_the_newest_event_so_seq_never_restarts(engine):
+    with engine.begin() as c:
+        c.execute(text("""
+            INSERT INTO event_log (seq, tx_id, type, at, payload)
+            SELECT g, g, 'Old', now() - interval '40 days', '{}' FROM generate_series(1, 5) g"""))
+    assert purge(engine, RetentionPolicy(event_days=30))["event_log"] == 4
+    from services.line_controller.dbstate import DBState
+    with engine.connect() as c:
+        assert DBState(c).last_seq_and_tx() == (5, 5)  # the loop numbers on from 6
+
+
+def test_purge_removes_old_dead_letters_after_their_own_period(engine):
+    with engine.begin() as c:
+        c.execute(text("""
+            INSERT INTO mq_dead_letter (id, queue, payload, delivery_count, dead_at) VALUES
+              (1, 'q', '{}', 5, now() - interval '20 days'),
+              (2, 'q', '{}', 5, now() - interval '2 days')"""))
+    counts = purge(engine, RetentionPolicy(dead_letter_days=14))
+    assert counts["mq_dead_letter"] == 1
+    with engine.connect() as c:
+        assert [r[0] for r in c.execute(text("SELECT id FROM mq_dead_letter"))] == [2]
+
+
+def test_the_retention_process_purges_at_once_and_stops_cleanly_on_sigterm(engine, db_url):
+    """``linectl retention`` (``linectl up``'s ``retention`` process) runs a round
+    when it starts, then every interval, and exits 0 on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.waiting import wait_for
+
+    with engine.begin() as c:
+        c.execute(text("""
+            INSERT INTO event_log (seq, tx_id, type, at, payload)
+            SELECT g, g, 'Old', now() - interval '40 days', '{}' FROM generate_series(1, 3) g"""))
+    env = {**os.environ, "LINECTL_DATABASE_URL": db_url, "LINECTL_RETENTION_EVENT_DAYS": "30",
+           "LINECTL_RETENTION_INTERVAL_SECONDS": "3600"}
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "retention"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def left():
+            with engine.connect() as c:
+                return c.execute(text("SELECT count(*) FROM event_log")).scalar()
+        wait_for(lambda: left() == 1, 30, 0.1, "the first round purged the old events")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "event_log=2" in out

@@ -19,7 +19,7 @@ from pathlib import Path
 from shared.db.embedded import free_port
 from tests.support.waiting import wait_for
 
-NAMES = ("sim", "hardware", "line_controller", "gateway")
+NAMES = ("sim", "hardware", "line_controller", "gateway", "retention")
 
 
 def _environ(pid: str) -> bytes:

@@ -18,7 +18,7 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     assert f"database: postgresql://postgres:***@127.0.0.1:{stack.pg_port}/" in out
     assert (stack.data_dir / "pg.password").read_text().strip() not in out
     assert f"page: http://127.0.0.1:{stack.http_port}/" in out
-    assert "processes: sim, hardware, line_controller, gateway" in out
+    assert "processes: sim, hardware, line_controller, gateway, retention" in out
     assert "operator: " in out  # the tokens generated on first start
     pids = {name: stack.process(name) for name in NAMES}
     assert all(pids.values()), pids
