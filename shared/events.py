@@ -66,6 +66,12 @@ PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION)
 # line_controller checks its state again (a RecoveryCheck) and puts every
 # action still RUNNING before an operator.
 HARDWARE_STARTED = "HardwareStarted"
+# Dispatched by a hardware service on a clean stop, before it answers its queued
+# actions NOT_EXECUTED: ``{"instanceId", "startedAt"}``. The line_controller sends
+# no new robot work until the next instance's HardwareStarted.
+HARDWARE_STOPPING = "HardwareStopping"
+# The error code of an accepted action that never reached the PLC (nothing moved).
+NOT_EXECUTED = "NOT_EXECUTED"
 
 # Robot action codes (the ``action`` field of results; the hardware RPC names).
 DOCK_TO_BUFFER = "DOCK_TO_BUFFER"

@@ -19,6 +19,8 @@ import urllib.request
 from shared.config import Settings
 from shared.supervisor import ProcessSpec
 
+HARDWARE_STOP_SECONDS = 35.0
+
 
 def _exists(module: str) -> bool:
     try:
@@ -46,7 +48,9 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
         if name == "sim" and settings.plc != "sim":
             continue
         if _exists(module):
-            specs.append(ProcessSpec(name=name, argv=argv, env=env))
+            # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
+            grace = {"hardware": HARDWARE_STOP_SECONDS}.get(name, ProcessSpec.grace_seconds)
+            specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace))
     return specs
 
 

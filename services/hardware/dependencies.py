@@ -7,6 +7,9 @@ Config keys (nameko config, all optional):
 - ``LINECTL_LINE_FILE``: overrides ``load_settings().line_file``
 - ``LINECTL_HW_ACTION_TIMEOUT`` seconds an accepted action may take (default 120)
 - ``LINECTL_HW_MODBUS_TIMEOUT`` seconds a Modbus request may take (default 2)
+- ``LINECTL_HW_STOP_GRACE`` seconds a clean stop waits for the action the robot
+  (or a machine start) is executing (default 25; the supervisor's and systemd's
+  stop timeouts are longer)
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
+import eventlet
+import eventlet.hubs
 from nameko.extensions import DependencyProvider
 from nameko.standalone.events import event_dispatcher
 
@@ -56,6 +61,11 @@ class LineHardware:
         self.watcher = SignalWatcher(PlcLink(host, port, self.layout.plc.unit_id,
                                              timeout=self.link.timeout), self.layout)
         self._spawn = spawn
+        self.stop_grace = float(config.get("LINECTL_HW_STOP_GRACE", 25.0))
+        self.stopping = False
+        self._machine_starts: set = set()  # greenthreads of machine starts in progress
+        # Names this instance in HardwareStarted, HardwareStopping and every acceptance.
+        self.instance_id = uuid.uuid4().hex
         # Correlation ids this instance accepted and has not answered yet, and the
         # last ones it answered: a restarted line_controller need not ask an
         # operator about an action the hardware still holds or has reported.
@@ -100,19 +110,49 @@ class LineHardware:
         self._dispatch(ev.HARDWARE, result.event_type, result.payload())
 
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
+        if self.stopping:  # nothing moved: the line_controller puts the job back
+            return {"accepted": False, "errorCode": ev.NOT_EXECUTED,
+                    "errorMessage": "the hardware service is stopping"}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         self._open[correlation_id] = request.action_id
         if isinstance(command, MachineStart):
-            self._spawn(lambda: self._start_machine(request))
+            thread = self._spawn(lambda: self._start_machine(request))
+            if thread is not None:
+                self._machine_starts.add(thread)
+                thread.link(lambda gt: self._machine_starts.discard(gt))
         else:
             self.robot.put(request)
-        return {"accepted": True, "actionId": request.action_id}
+        return {"accepted": True, "actionId": request.action_id, "instanceId": self.instance_id}
 
     def _start_machine(self, request: ActionRequest) -> None:
         try:
             self.publish(self.runner.run(request))
         except Exception:  # an exception in a managed thread would kill the container
             log.exception("machine start %s: could not publish its result", request.action_id)
+
+    def drain(self) -> None:
+        """The clean stop (SIGTERM): tell the line_controller (it holds new robot
+        work until the next instance starts), refuse new actions, answer the
+        queued ones NOT_EXECUTED, and give the executing ones ``stop_grace``
+        seconds to finish and report. What does not finish in time stays open:
+        the next instance's start puts it to an operator, as after a kill."""
+        self.stopping = True
+        try:
+            self._dispatch(ev.HARDWARE, ev.HARDWARE_STOPPING, {"instanceId": self.instance_id,
+                                                                "startedAt": self.started_at})
+        except Exception:  # the transport is away: the queued actions are answered anyway
+            log.exception("could not announce the hardware service's stop")
+        deadline = eventlet.hubs.get_hub().clock() + self.stop_grace
+        robot_done = self.robot.drain(self.stop_grace)
+        for thread in list(self._machine_starts):
+            left = deadline - eventlet.hubs.get_hub().clock()
+            with eventlet.Timeout(max(left, 0.0), False):
+                thread.wait()
+        unfinished = list(self._open)
+        if unfinished or not robot_done:
+            log.warning("stopped with %s action(s) still executing: %s", len(unfinished), unfinished)
+        else:
+            log.info("stopped cleanly: every accepted action answered")
 
     def plc_state(self) -> dict[str, Any]:
         try:
@@ -132,8 +172,8 @@ class LineHardware:
         line_controller instance, it fences out every earlier one."""
         if controller is not None:
             self.fence = controller
-        return {"instanceStartedAt": self.started_at, "open": list(self._open),
-                "answered": list(self._answered)}
+        return {"instanceStartedAt": self.started_at, "instanceId": self.instance_id,
+                "open": list(self._open), "answered": list(self._answered)}
 
     def announce_start(self) -> None:
         """Tell the line_controller this is a new instance (``HardwareStarted``):
@@ -142,7 +182,7 @@ class LineHardware:
         state = self.plc_state()
         try:
             self._dispatch(ev.HARDWARE, ev.HARDWARE_STARTED,
-                           {"instanceId": uuid.uuid4().hex, "startedAt": started_at,
+                           {"instanceId": self.instance_id, "startedAt": started_at,
                             "plcState": state if state.get("connected") else None})
         except Exception:  # the transport is away: the line_controller's own start-up check covers it
             log.exception("could not announce the hardware service's start")
@@ -167,6 +207,8 @@ class Hardware(DependencyProvider):
         self.container.spawn_managed_thread(self.hardware.announce_start)
 
     def stop(self):
+        # nameko stops the entrypoints first: no RPC arrives any more.
+        self.hardware.drain()
         self.hardware.close()
 
     def get_dependency(self, worker_ctx):

@@ -19,6 +19,7 @@ from eventlet.semaphore import Semaphore
 from services.hardware import plc as P
 from services.hardware.actions import ActionRequest, ActionResult, MachineStart, RobotCommand
 from services.hardware.plc import PlcLink, PlcUnavailable
+from shared.events import NOT_EXECUTED
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -102,14 +103,27 @@ class ActionRunner:
         return {"equipmentId": cmd.equipment_id, "slots": sorted(cmd.jobs)}
 
 
+
+
+def not_executed(request: ActionRequest, why: str) -> ActionResult:
+    """The result of an accepted action that never reached the PLC: nothing moved."""
+    return ActionResult(request, False, 0, {}, NOT_EXECUTED, why)
+
+
 class RobotQueue:
-    """The one robot: requests run one after another in arrival order."""
+    """The one robot: requests run one after another in arrival order.
+
+    :meth:`drain` is the clean stop: no further request starts, the queued ones
+    are answered ``NOT_EXECUTED`` (nothing moved), and the one the robot is
+    executing is given a bounded time to finish and report."""
 
     def __init__(self, runner: ActionRunner, publish: Callable[[ActionResult], None]):
         self.runner = runner
         self.publish = publish
         self._queue: Queue = Queue()
         self.current: ActionRequest | None = None
+        self.stopping = False
+        self._executing = Semaphore()  # held while an action runs
 
     def put(self, request: ActionRequest) -> None:
         self._queue.put(request)
@@ -120,11 +134,31 @@ class RobotQueue:
     def run_forever(self) -> None:
         while True:
             request = self._queue.get()
-            self.current = request
-            try:
-                result = self.runner.run(request)
-                self.publish(result)
-            except Exception:  # a failed publish must not stop the robot
-                log.exception("robot action %s: could not publish its result", request.action_id)
-            finally:
-                self.current = None
+            with self._executing:
+                if self.stopping:  # taken in the instant the stop began: it never starts
+                    self._publish(not_executed(request, "the hardware service stopped before it ran"))
+                    continue
+                self.current = request
+                try:
+                    self._publish(self.runner.run(request))
+                finally:
+                    self.current = None
+
+    def _publish(self, result: ActionResult) -> None:
+        try:
+            self.publish(result)
+        except Exception:  # a failed publish must not stop the robot
+            log.exception("robot action %s: could not publish its result", result.request.action_id)
+
+    def drain(self, grace: float) -> bool:
+        """Stop taking requests; answer the queued ones NOT_EXECUTED; wait up to
+        ``grace`` seconds for the executing one. False: it did not finish (its
+        result never comes; the next instance's start puts it to an operator)."""
+        self.stopping = True
+        while self._queue.qsize():
+            self._publish(not_executed(self._queue.get_nowait(),
+                                       "the hardware service stopped before it ran"))
+        finished = self._executing.acquire(timeout=grace)
+        if finished:
+            self._executing.release()
+        return finished

@@ -133,13 +133,14 @@ def take_out(db: DBState, job, terminal: str) -> list[HardwareRequest]:
     return take_out_again(db, finished, slot)
 
 
-def take_out_again(db: DBState, job, buffer_slot: int | None) -> list[HardwareRequest]:
+def take_out_again(db: DBState, job, buffer_slot: int | None, *, reissues: int = 0) -> list[HardwareRequest]:
     """The ``BUFFER_TO_DOCK`` task for a terminal job's piece on ``buffer_slot``
     (also once more, when a restart lost the first one's outcome and it did not happen)."""
     if buffer_slot is None:
         return []
     task = db.create_task(ev.BUFFER_TO_DOCK, job_id=job.id, work_order_id=job.work_order_id,
-                          params={"bufferSlot": buffer_slot, "finished": job.status},
+                          params={"bufferSlot": buffer_slot, "finished": job.status,
+                                  **({"reissues": reissues} if reissues else {})},
                           timeout_seconds=OUT_TIMEOUT_SECONDS)
     db.start_task(task.id)
     return [HardwareRequest("buffer_to_dock", task.id, ROBOT_FAILED, {"slot_no": buffer_slot, "job_id": job.id})]
@@ -201,25 +202,59 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
     return []
 
 
-def apply_task_failure(db: DBState, task, error_code: str, *, finished_at: str | None = None) -> None:
+# A take-out answered NOT_EXECUTED is sent again; after this many, an operator takes it.
+MAX_TAKE_OUT_REISSUES = 3
+
+
+def put_back_not_executed(db: DBState, task) -> list[HardwareRequest]:
+    """The hardware answered NOT_EXECUTED (a clean stop came before the action
+    reached the PLC): nothing moved, so every job goes back to where and what it
+    was (a job held meanwhile stays held), with no alarm and no question. A
+    take-out is issued again: its piece still sits on the buffer slot."""
+    params = task.params or {}
+    if task.kind == ev.DOCK_TO_BUFFER:
+        db.give_back_dock_pieces(1)  # the piece is still at the dock
+    _put_jobs_back(db, params)
+    db.emit("ActionNotExecuted", {"taskId": task.id, "kind": task.kind, "jobIds": params.get("jobIds", [])})
+    if task.kind == ev.BUFFER_TO_DOCK and task.job_id is not None:
+        return take_out_again(db, db.job(task.job_id), params.get("bufferSlot"),
+                              reissues=int(params.get("reissues", 0)) + 1)
+    return []
+
+
+def _put_jobs_back(db: DBState, params: dict) -> None:
+    """Nothing moved: each job of the task where and what it was before (a job
+    held meanwhile stays held, and returns to its earlier status when released)."""
+    for job_id in params.get("jobIds", []):
+        before, job = params["before"][str(job_id)], db.job(job_id)
+        if job.status in ("PAUSED", "SUSPENDED"):
+            restore_job(db, job_id, before, status=job.status, held_status=before["status"])
+        else:
+            restore_job(db, job_id, before, status=before["status"], held_status=None)
+
+
+def _reissued_too_often(task) -> bool:
+    return task.kind == ev.BUFFER_TO_DOCK and int((task.params or {}).get("reissues", 0)) >= MAX_TAKE_OUT_REISSUES
+
+
+def apply_task_failure(db: DBState, task, error_code: str, *,
+                       finished_at: str | None = None) -> list[HardwareRequest]:
     """``task`` has just been concluded FAILED: its jobs SUSPENDED (nothing moved:
     the request was refused) or ERROR (where the piece is is uncertain), with an
     alarm and a manual action. A refill from an empty dock is no fault: its
-    piece simply waits at the dock again."""
+    piece simply waits at the dock again; an action the hardware never executed
+    is put back (:func:`put_back_not_executed`). Returns the requests to send."""
     error_message = task.error_message
     params = task.params or {}
+    if error_code == ev.NOT_EXECUTED and not _reissued_too_often(task):
+        return put_back_not_executed(db, task)
     if task.kind == ev.DOCK_TO_BUFFER and error_code == "SOURCE_EMPTY":
         # The dock ran out (the PLC says so, and nothing moved): not a fault. The
         # piece goes back to waiting at the dock for the next pallet.
         db.observe_dock(0, finished_at)
-        for job_id in params.get("jobIds", []):
-            before, job = params["before"][str(job_id)], db.job(job_id)
-            if job.status in ("PAUSED", "SUSPENDED"):  # held meanwhile: held at the dock
-                restore_job(db, job_id, before, status=job.status, held_status=before["status"])
-            else:
-                restore_job(db, job_id, before, status=before["status"], held_status=None)
+        _put_jobs_back(db, params)
         db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
-        return
+        return []
     alarm = db.raise_alarm("ACTION_FAILED", f"{task.kind} failed: {error_code} {error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
                            job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
@@ -229,7 +264,7 @@ def apply_task_failure(db: DBState, task, error_code: str, *, finished_at: str |
             f"Take the finished piece of job {task.job_id} off buffer slot {params.get('bufferSlot')} "
             f"({error_code}): the slot is free for the next piece.",
             ["DONE"], job_id=task.job_id, alarm_id=alarm.id, context={"taskId": task.id})
-        return
+        return []
     if task.kind == ev.START_MACHINE:
         db.set_equipment_status(task.equipment_id, "FAULT")
         for job_id in (params.get("jobs") or {}).values():
@@ -241,7 +276,7 @@ def apply_task_failure(db: DBState, task, error_code: str, *, finished_at: str |
             "EQUIPMENT_FAULT", f"{task.equipment_id} did not start: {error_code}",
             ["RETRY", "SCRAP"], equipment_id=task.equipment_id, alarm_id=alarm.id,
             context={"taskId": task.id, "jobIds": list((params.get("jobs") or {}).values())})
-        return
+        return []
     if task.kind == ev.DOCK_TO_BUFFER and error_code == "REJECTED":
         db.give_back_dock_pieces(1)  # refused before it moved: the piece is still at the dock
     for job_id in params.get("jobIds", []):
@@ -259,6 +294,7 @@ def apply_task_failure(db: DBState, task, error_code: str, *, finished_at: str |
             f"where it was before the action; SCRAP to take it out.",
             ["RETRY", "SCRAP"], job_id=job_id, equipment_id=task.equipment_id, alarm_id=alarm.id,
             context={"taskId": task.id, "before": params["before"][str(job_id)]})
+    return []
 
 
 def restore_job(db: DBState, job_id: int, before: dict, *, status: str, held_status=KEEP):

@@ -3,6 +3,7 @@ container, started with it) and the ``line_events`` publisher it uses."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -27,7 +28,8 @@ from .scheduling import HardwareRequest
 log = logging.getLogger(__name__)
 
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
-PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
+PLC_WAIT_SECONDS = 20.0
+ACCEPTED_REMEMBERED = 10_000  # far more than are ever open at once  # how long recovery keeps asking when the PLC is not reachable yet
 # A step's deadline (task.deadline_at); past it a StepTimeout suspends the job:
 # LINECTL_STEP_TIMEOUT_SECONDS (default 150 s, above the hardware's own 120 s action
 # timeout, so its Failed result comes first); the nameko config key
@@ -50,6 +52,9 @@ class NamekoHardwarePort:
         self.config = config
         self.loop = loop
         self.timeout = timeout
+        # task id -> the hardware instance that accepted it (the latest ones): after a
+        # hardware restart only what an earlier instance accepted may have started.
+        self.accepted: collections.OrderedDict[str, str] = collections.OrderedDict()
         # Every request names this instance; see LineHardware.fence.
         self.context = {ev.CONTROLLER_CONTEXT_KEY: instance_id} if instance_id else None
 
@@ -67,6 +72,18 @@ class NamekoHardwarePort:
         if not (reply or {}).get("accepted"):
             self.loop.refuse(req, (reply or {}).get("errorCode", "REJECTED"),
                              (reply or {}).get("errorMessage", "not accepted"))
+            return
+        self.note_accepted([str(req.task_id)], str(reply.get("instanceId") or ""))
+
+    def note_accepted(self, task_ids, instance_id: str) -> None:
+        for task_id in task_ids:
+            self.accepted[task_id] = instance_id
+            self.accepted.move_to_end(task_id)
+        while len(self.accepted) > ACCEPTED_REMEMBERED:
+            self.accepted.popitem(last=False)
+
+    def accepted_by_other_than(self, instance_id: str) -> list[str]:
+        return [t for t, inst in self.accepted.items() if inst != instance_id]
 
 
 class LoopHandle:
@@ -129,6 +146,7 @@ class ProductionLoop(DependencyProvider):
         with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT, context_data=context) as proxy:
             hardware = getattr(proxy, ev.HARDWARE)
             known = hardware.known_actions()  # also fences out requests of earlier instances
+            self.loop.hardware.note_accepted(known.get("open", ()), str(known.get("instanceId") or ""))
             return {**hardware.plc_state(), "knownActions": known}
 
     def stop(self):

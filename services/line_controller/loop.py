@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import eventlet
 from eventlet.event import Event
@@ -46,6 +47,13 @@ log = logging.getLogger(__name__)
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
+
+
+def _instant(text: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -113,6 +121,10 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
+        # A hardware instance said it stops cleanly (its id): no scheduling round
+        # sends it work until the next instance's start has been checked.
+        self.hardware_away: str | None = None
+        self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
 
     # -- life cycle -----------------------------------------------------------------------
@@ -186,6 +198,7 @@ class EventLoop:
                 "handledTotal": self.handled_total, "lastSeq": self.last_seq,
                 "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
                 "failedTransactionsTotal": self.failed_transactions,
+                "hardwareAway": self.hardware_away is not None,
                 "handling": self.handling.snapshot()}
 
     # -- the way in -------------------------------------------------------------------------
@@ -314,6 +327,11 @@ class EventLoop:
             log.warning("message %s (%s): its commit landed after all", msg.id, msg.type)
         self._committed(frames)
         self.handled_total += 1
+        if msg.type == "HardwareStopping":
+            self._hardware_stopping(parsed)
+        if msg.type == "RecoveryCheck" and parsed.hardware_started_at:
+            self._hardware_started_at = _instant(parsed.hardware_started_at)
+            self.hardware_away = None
         if msg.type == "RecoveryCheck":
             self.recovering = False
             log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
@@ -327,6 +345,13 @@ class EventLoop:
             log.exception("scheduling round after %s (%s) failed; the next tick retries",
                           msg.id, msg.type)
         return Outcome(msg.id, status, result)
+
+    def _hardware_stopping(self, evt: m.HardwareStopping) -> None:
+        started = _instant(evt.started_at)
+        if started and self._hardware_started_at and started < self._hardware_started_at:
+            return  # an older instance's late word: a newer one has started since
+        log.info("hardware instance %s stops: robot work held until the next one starts", evt.instance_id)
+        self.hardware_away = evt.instance_id
 
     def _abandon(self, tx) -> None:
         self.failed_transactions += 1
@@ -411,7 +436,7 @@ class EventLoop:
         """Read a snapshot, let the scheduler choose, apply the chosen actions, all
         in one transaction; a failed condition drops the whole round (the next
         round re-plans from the state as it is). None before the recovery check."""
-        if self.scheduler is None or self.recovering:
+        if self.scheduler is None or self.recovering or self.hardware_away:
             return
         requests: list[HardwareRequest] = []
         conn, tx = self._transaction()

@@ -292,6 +292,16 @@ class RecoveryCheck:
     # After a hardware restart: only tasks started before this moment (ISO-8601)
     # went to the old instance; later ones belong to the new one and still report.
     hardware_started_at: str | None = _key("hardwareStartedAt", None)
+    # ... and of those, only the ones an earlier instance accepted may have started
+    # (the rest wait in its queue for the new one, or were answered NOT_EXECUTED).
+    accepted_by_earlier: tuple[str, ...] | None = _key("acceptedByEarlier", None)
+
+
+@dataclass(frozen=True)
+class HardwareStopping:
+    """A hardware instance stops cleanly: no new robot work until the next one starts."""
+    instance_id: str = _key("instanceId")
+    started_at: str | None = _key("startedAt", None)
 
 
 # -- worker results -------------------------------------------------------------------
@@ -348,7 +358,7 @@ for _cls in (StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, Resum
 COMMANDS = (CreateOrder, StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, ResumeJob,
             ReworkJob, ConfirmRecovery, ResolveManualAction, AcknowledgeAlarm)
 EXTERNAL_EVENTS = (MachineDone, InspectionResult, PalletArrived, StepTimeout, RefillRequested,
-                   ScheduleTick, RecoveryCheck)
+                   ScheduleTick, RecoveryCheck, HardwareStopping)
 WORKER_RESULTS = (RobotActionSucceeded, RobotActionFailed, ToolActionSucceeded, ToolActionFailed,
                   MachineStartSucceeded, MachineStartFailed)
 

@@ -122,12 +122,19 @@ class LineControllerService:
         # A new hardware instance: actions the old one accepted will never report.
         # Check the state again, like after our own start (one check per instance).
         instance = str((payload or {}).get("instanceId", ""))[:40]
+        port = self.loop.hardware
+        earlier = port.accepted_by_other_than(instance) if hasattr(port, "accepted_by_other_than") else None
         msg = new_message("RecoveryCheck", {"plcState": (payload or {}).get("plcState"),
-                                            "hardwareStartedAt": (payload or {}).get("startedAt")},
+                                            "hardwareStartedAt": (payload or {}).get("startedAt"),
+                                            "acceptedByEarlier": earlier},
                           id=f"HardwareStarted:{instance}", actor=ev.HARDWARE)
         outcome = self.loop.submit(msg).wait(EVENT_WAIT_SECONDS)
         if outcome is None or outcome.status == "FAILED":
             raise RuntimeError("recovery check after a hardware restart not handled; requeued")
+
+    @event_handler(ev.HARDWARE, ev.HARDWARE_STOPPING, requeue_on_error=True)
+    def on_hardware_stopping(self, payload):
+        self._feed(ev.HARDWARE_STOPPING, payload)
 
     @event_handler(ev.HARDWARE, ev.PALLET_ARRIVED, requeue_on_error=True)
     def on_pallet_arrived(self, payload):

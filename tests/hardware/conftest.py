@@ -90,7 +90,7 @@ def _listener(received: Received):
         return handle
 
     attrs = {"name": "hardware_listener"}
-    for event_type in (*ev.WORKER_RESULTS, *ev.PLC_SIGNALS):
+    for event_type in (*ev.WORKER_RESULTS, *ev.PLC_SIGNALS, ev.HARDWARE_STOPPING):
         attrs[f"on_{event_type}"] = handler(event_type)
     return type("HardwareListener", (), attrs)
 

@@ -74,6 +74,11 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
         # message would race the loop's own updates).
         since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
         open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
+        if evt.accepted_by_earlier is not None:
+            # What no earlier instance accepted never reached it: the request waits in
+            # the queue for the new one (or was answered NOT_EXECUTED): it reports.
+            earlier = set(evt.accepted_by_earlier)
+            open_tasks = {i: t for i, t in open_tasks.items() if str(i) in earlier}
         found = r.find_inconsistencies([], [], _task_rows(open_tasks), {"connected": True, "equipment": []},
                                        ctx.layout.buffer_slots, equipment_running=[])
     else:

@@ -33,7 +33,8 @@ def succeeded(result, ctx):
 def failed(result, ctx):
     task = _conclude(result, ctx, error=(result.error_code, result.error_message))
     if task is not None:
-        apply_task_failure(ctx.db, task, result.error_code, finished_at=result.finished_at)
+        ctx.requests.extend(apply_task_failure(ctx.db, task, result.error_code,
+                                               finished_at=result.finished_at))
 
 
 HANDLERS = {

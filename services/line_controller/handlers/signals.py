@@ -126,7 +126,15 @@ def refill_requested(evt: m.RefillRequested, ctx):
     ctx.db.emit("RefillRequested", {"reason": evt.reason})
 
 
+def hardware_stopping(evt: m.HardwareStopping, ctx):
+    """A hardware instance stops cleanly; the loop holds new robot work until the
+    next instance starts (``EventLoop.hardware_away``). Recorded for the stream."""
+    ctx.target = ("hardware", evt.instance_id)
+    ctx.db.emit("HardwareStopping", {"instanceId": evt.instance_id, "startedAt": evt.started_at})
+
+
 HANDLERS = {
+    "HardwareStopping": hardware_stopping,
     "MachineDone": machine_done, "InspectionResult": inspection_result,
     "PalletArrived": pallet_arrived, "RefillRequested": refill_requested,
 }

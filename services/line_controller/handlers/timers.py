@@ -21,7 +21,7 @@ def step_timeout(evt: m.StepTimeout, ctx):
     if task is None:  # answered (or cancelled) meanwhile
         ctx.outcome = "STALE"
         return None
-    apply_task_failure(ctx.db, task, "ACTION_TIMEOUT")
+    ctx.requests.extend(apply_task_failure(ctx.db, task, "ACTION_TIMEOUT"))
     return None
 
 
