@@ -38,6 +38,22 @@ class Line:
             return None
         return next((task_id for task_id in rows if str(task_id) in held), None)
 
+    def held_robot_tasks(self, kinds, at_least=2):
+        """The RUNNING tasks of ``kinds`` when the hardware holds at least ``at_least``
+        of them (one executing, the rest queued behind it), else None."""
+        with self.engine.connect() as c:
+            rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k)"),
+                             {"k": list(kinds)}).scalars().all()
+        if len(rows) < at_least:
+            return None
+        try:
+            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
+                held = set(rpc.hardware.known_actions()["open"])
+        except Exception:  # noqa: BLE001 - restarting: look again
+            return None
+        ids = [t for t in rows if str(t) in held]
+        return ids if len(ids) >= at_least else None
+
     def running_machine(self):
         with self.engine.connect() as c:
             return c.execute(text("SELECT id FROM equipment WHERE status = 'RUNNING' LIMIT 1")).scalar()
@@ -56,12 +72,12 @@ class Line:
             return c.execute(text("SELECT count(*) FROM task WHERE status IN ('PENDING', 'RUNNING')")).scalar()
 
 
-def kill(stack, name, moment, what):
-    """``kill -9`` process ``name`` as soon as ``moment()`` is true, and wait until
-    its successor is up and the stack is ready again."""
+def kill(stack, name, moment, what, sig=signal.SIGKILL):
+    """``kill -9`` (or ``sig``) process ``name`` as soon as ``moment()`` is true, and
+    wait until its successor is up and the stack is ready again."""
     found = wait_for(moment, 90, 0.01, what)
     pid = stack.process(name)
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
     mark = len(stack.lines)
     stack.wait_line(f"{name} exited", after=mark)
     wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")

@@ -1,0 +1,61 @@
+"""A clean restart of the hardware service (SIGTERM, as systemd or an operator
+does it) in the middle of an order asks an operator nothing: the queued robot
+actions come back NOT_EXECUTED and their jobs are put back, the executing one
+finishes, no work is sent until the new instance is up, and the order ends
+with exact counts. (A ``kill -9`` still asks: tests/ops/test_crash_recovery.py.)"""
+
+import signal
+
+from sqlalchemy import text
+
+from tests.ops.crashing import CARRYING, Line, dump_line, kill
+from tests.ops.invariants import line_invariants
+from tests.support.waiting import wait_for
+
+QUANTITY = 6
+
+
+def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
+    stack = stack_factory(sim_speed=10.0).up()
+    stack.wait_line("linectl: ready", 180)
+    token = stack.token("operator")
+    line = Line(stack.database_url(), stack.amqp_uri())
+    try:
+        code, order = stack.request("POST", "/api/work-orders",
+                                    {"productId": "SHAFT-B", "quantity": QUANTITY}, token)
+        assert code == 201, order
+        assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
+
+        # 1. While the robot runs a refill with more queued behind it.
+        queued, _ = kill(stack, "hardware", lambda: line.held_robot_tasks(["DOCK_TO_BUFFER"], 3),
+                         "refills queued at the hardware", sig=signal.SIGTERM)
+        # 2. While it carries a piece to or from a machine.
+        kill(stack, "hardware", lambda: line.held_task(CARRYING), "a piece being carried",
+             sig=signal.SIGTERM)
+
+        def finished():
+            return stack.get(f"/api/work-orders/{order['id']}", token)[1].get("status") == "COMPLETED"
+        wait_for(finished, 240, 0.5, "the order to complete with nobody asked")
+        wait_for(lambda: line.open_tasks() == 0, 60, 0.1, "every take-out done")
+
+        done = stack.get(f"/api/work-orders/{order['id']}", token)[1]
+        assert (done["completedQty"] + done["scrappedQty"]) == QUANTITY, done
+        assert line_invariants(stack.database_url(), order["id"]) == []
+        with line.engine.connect() as c:
+            asked = c.execute(text("SELECT kind, text FROM manual_action")).fetchall()
+            alarms = c.execute(text("SELECT code, message FROM alarm")).fetchall()
+            outcomes = dict(c.execute(text(
+                "SELECT coalesce(error_code, status), count(*) FROM task GROUP BY 1")).fetchall())
+        assert asked == [], asked      # no operator question from a clean stop
+        assert alarms == [], alarms
+        assert "RECOVERY_OUTCOME_UNKNOWN" not in outcomes, outcomes
+        # The refills queued behind the executing one never ran: put back, then done again.
+        assert outcomes.get("NOT_EXECUTED", 0) >= 1, (outcomes, queued)
+        print(f"task outcomes: {outcomes}")
+        assert stack.terminate() == 0
+    except BaseException:
+        print(stack.output()[-30000:])
+        print(dump_line(stack.database_url()))
+        raise
+    finally:
+        line.engine.dispose()
