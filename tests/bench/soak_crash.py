@@ -9,7 +9,12 @@ finished, completed + scrapped = quantity exactly, no piece counted twice, no
 job in two slots, no buffer slot held twice, event_log seq without gaps, no
 question left open.
 
-    .venv/bin/python tests/bench/soak_crash.py [--kills 20] [--quantity 12] [--seed N]
+Beside the kills it restarts the hardware service cleanly (SIGTERM, as systemd
+does) ``--clean-restarts`` times, and checks that no clean stop caused an
+operator question (manual actions counted before each SIGTERM and once the
+stack is ready again).
+
+    .venv/bin/python tests/bench/soak_crash.py [--kills 20] [--clean-restarts 5] [--quantity 12] [--seed N]
 
 ``--quantity 0`` runs the kill/restart/readiness cycle without an order.
 Bounded: each restart must be ready within 120 s, the orders must finish
@@ -35,6 +40,7 @@ from tests.ops.operator import resolve_open_recovery  # noqa: E402
 from tests.ops.stack import Stack  # noqa: E402
 
 VICTIMS = (("line_controller", 0.6), ("hardware", 0.25), ("postgres", 0.15))
+CLEAN = "hardware (SIGTERM)"
 
 
 def restart_postgres(stack: Stack) -> None:
@@ -55,9 +61,39 @@ def _asked(db_url: str) -> dict[tuple[str, str], int]:
         engine.dispose()
 
 
+def _last_seq(db_url: str) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as c:
+            return c.execute(text("SELECT coalesce(max(seq), 0) FROM event_log")).scalar()
+    finally:
+        engine.dispose()
+
+
+def _wait_recovery_checked(db_url: str, after_seq: int, timeout: float = 60.0) -> None:
+    """Until the loop has handled a RecoveryCheck after ``after_seq`` (a new
+    hardware instance's start is checked once)."""
+    from sqlalchemy import create_engine, text
+
+    from tests.support.waiting import wait_for
+
+    engine = create_engine(db_url)
+    try:
+        def checked():
+            with engine.connect() as c:
+                return c.execute(text("SELECT 1 FROM event_log WHERE seq > :s AND type = 'RecoveryChecked'"),
+                                 {"s": after_seq}).first() is not None
+        wait_for(checked, timeout, 0.2, "the new hardware instance's recovery check")
+    finally:
+        engine.dispose()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--clean-restarts", type=int, default=5, help="SIGTERMs of the hardware service")
     parser.add_argument("--quantity", type=int, default=12, help="pieces per order (orders follow each other)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--sim-speed", type=float, default=20.0)
@@ -99,15 +135,27 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     answered = during_order = 0
     schedule = [name for name, _ in VICTIMS if name != "line_controller"]  # each kind at least once
     schedule += rng.choices([n for n, _ in VICTIMS], [w for _, w in VICTIMS], k=args.kills - len(schedule))
+    schedule += [CLEAN] * args.clean_restarts
     rng.shuffle(schedule)
+    kills[CLEAN] = 0
+    clean_questions = 0
     for n, victim in enumerate(schedule, 1):
         # Every kill lands while an order runs: a new one starts when the last has finished.
         if args.quantity and (not orders or order_status(stack, token, orders[-1]) == "COMPLETED"):
             orders.append(start_order(stack, token, args.quantity))
         time.sleep(rng.uniform(0.5, 4.0))  # a random moment of the running order
         running = bool(orders) and order_status(stack, token, orders[-1]) == "RUNNING"
+        asked_before = sum(_asked(db_url).values()) if victim == CLEAN else 0
+        seq_before = _last_seq(db_url) if victim == CLEAN else 0
         if victim == "postgres":
             restart_postgres(stack)
+        elif victim == CLEAN:
+            pid = stack.process("hardware")
+            if pid is None:
+                continue
+            os.kill(pid, signal.SIGTERM)
+            mark = len(stack.lines)
+            stack.wait_line("hardware exited", after=mark, timeout=60)
         else:
             pid = stack.process(victim)
             if pid is None:
@@ -122,6 +170,12 @@ def run(stack: Stack, args, rng: random.Random) -> int:
             print(f"kill {n}: {victim}: not ready again: {stack.get('/readyz')}\n"
                   + "\n".join(stack.lines[-40:]), flush=True)
             raise
+        if victim == CLEAN:
+            _wait_recovery_checked(db_url, seq_before)  # the new instance's HardwareStarted check
+            new_questions = sum(_asked(db_url).values()) - asked_before
+            clean_questions += new_questions
+            if new_questions:
+                print(f"kill {n:2}: a clean stop caused {new_questions} question(s)", flush=True)
         answered += resolve_open_recovery(stack, token, amqp)
         print(f"kill {n:2}: {victim:<16} ready again after {time.monotonic() - t_kill:5.1f}s"
               f"{'' if running else '  (between orders)'}", flush=True)
@@ -138,6 +192,8 @@ def run(stack: Stack, args, rng: random.Random) -> int:
             time.sleep(1.0)
     broken = [b for order_id in orders or [None] for b in line_invariants(db_url, order_id)]
     broken = list(dict.fromkeys(broken))  # the line-wide rules are checked once per order
+    if clean_questions:
+        broken.append(f"{clean_questions} operator question(s) caused by clean hardware stops")
     asked = _asked(db_url)
     if finished:
         open_actions = sum(n for (kind, status), n in asked.items() if status == "OPEN")
