@@ -132,6 +132,9 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     message; FAILED (the loop's database failed) → 503. The line_controller
     unreachable → 503 (raised by the RPC pool)."""
     ctx = context()
+    # A replay of an id made here is this request's own first attempt (retried
+    # below), not an earlier request: it still answers ``ok_status``.
+    caller_named_id = command_id is not None
     command_id = command_id or uuid.uuid4().hex
     for attempt in (1, 2):
         try:
@@ -148,7 +151,8 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
                 raise
     status = outcome.get("status")
     if status == "HANDLED":
-        return reply(outcome.get("result") or {}, 200 if outcome.get("replayed") else ok_status)
+        replayed = caller_named_id and outcome.get("replayed")
+        return reply(outcome.get("result") or {}, 200 if replayed else ok_status)
     if status == "QUEUED":
         return reply({"commandId": outcome.get("commandId") or command_id}, 202)
     error = outcome.get("error") or {}

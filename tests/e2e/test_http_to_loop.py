@@ -145,3 +145,43 @@ def test_a_service_that_raises_is_503_not_500(container_factory, nameko_config, 
         pool.close()
     assert r.status_code == 503, r.get_json()
     assert r.get_json()["error"]["code"] == "UNAVAILABLE"
+
+
+def test_a_retry_after_a_lost_transport_answer_is_still_201(container_factory, nameko_config, db_url, engine):
+    """The gateway resends a command (same id) when its client's connection broke
+    mid-call; if the first send had landed, the replay is this request's own
+    outcome: 201, one order (not the 200 of a repeated Idempotency-Key)."""
+    from contextlib import contextmanager
+
+    from gateway.rpc import TransportLost
+
+    container_factory(LineControllerService, nameko_config).start()
+    settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": f"operator:{TOKEN}",
+                              "LINECTL_COMMAND_WAIT_SECONDS": "10"})
+    pool = RpcPool(nameko_config, size=2, timeout=30)
+    real_client, calls = pool.client, []
+
+    class AnswerLost:
+        def __init__(self, rpc):
+            self.line_controller = self
+            self._rpc = rpc
+
+        def command(self, *args, **kwargs):
+            self._rpc.line_controller.command(*args, **kwargs)  # it lands...
+            raise TransportLost(OSError("connection reset"))   # ...and the answer is lost
+
+    @contextmanager
+    def flaky_client():
+        calls.append(1)
+        with real_client() as rpc:
+            yield AnswerLost(rpc) if len(calls) == 1 else rpc
+
+    pool.client = flaky_client
+    try:
+        client = create_app(settings, rpc_pool=pool).test_client()
+        r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1}, headers=AUTH)
+    finally:
+        pool.close()
+    assert (r.status_code, len(calls)) == (201, 2), r.get_json()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM work_order")).scalar() == 1
