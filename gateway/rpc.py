@@ -5,9 +5,10 @@ client per call costs a connection and a reply queue each time; so each thread
 borrows a started client from a pool and gives it back. A client whose call
 failed on the transport is dropped, not reused.
 
-Requests carry a broker expiration equal to the RPC timeout: a command the
-gateway already answered 503 for (the line_controller was down) is dropped by
-the broker instead of running when the service comes back.
+Requests carry a broker expiration equal to the RPC timeout
+(``shared.rpc.ExpiringClusterRpcProxy``): a command the gateway already
+answered 503 for (the line_controller was down) is dropped by the broker
+instead of running when the service comes back.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import amqp.exceptions
 import kombu.exceptions
 import psycopg2
 from nameko.exceptions import RemoteError, RpcTimeout, UnknownService
-from nameko.rpc import ServiceProxy
-from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxyBase
 
 from gateway.errors import ApiError
+from shared.rpc import ExpiringClusterRpcProxy
 
 log = logging.getLogger(__name__)
 
@@ -41,27 +41,6 @@ class TransportLost(ApiError):
     def __init__(self, exc: BaseException):
         log.warning("message transport connection lost: %r", exc)
         super().__init__(503, "UNAVAILABLE", "message transport connection lost; try again")
-
-
-class _ExpiringClusterProxy(ClusterProxy):
-    def __init__(self, worker_ctx, reply_listener, expiration: float):
-        super().__init__(worker_ctx, reply_listener)
-        self._expiration = expiration
-
-    def __getattr__(self, name):
-        if name not in self._proxies:
-            # Extra ServiceProxy options reach nameko's Publisher (kombu's ``expiration``).
-            self._proxies[name] = ServiceProxy(self._worker_ctx, name, self._reply_listener,
-                                               expiration=self._expiration)
-        return self._proxies[name]
-
-
-class ExpiringClusterRpcProxy(ClusterRpcProxy):
-    """nameko 2.14's ClusterRpcProxy whose requests expire after ``timeout`` seconds."""
-
-    def __init__(self, config: dict, timeout: float):
-        StandaloneProxyBase.__init__(self, config, timeout=timeout)
-        self._proxy = _ExpiringClusterProxy(self._worker_ctx, self._reply_listener, timeout)
 
 
 class RpcPool:

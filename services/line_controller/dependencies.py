@@ -19,6 +19,7 @@ from shared.config import load_settings
 from shared.db import roles
 from shared.db.engine import make_engine
 from shared.layout import load_layout
+from shared.rpc import ExpiringClusterRpcProxy
 
 from .loop import EventLoop
 from .messages import new_message
@@ -63,7 +64,8 @@ class NamekoHardwarePort:
 
     def _call(self, req: HardwareRequest) -> None:
         try:
-            with ClusterRpcProxy(self.config, timeout=self.timeout, context_data=self.context) as proxy:
+            # Expiring: a request given up on here (refused below) never runs later.
+            with ExpiringClusterRpcProxy(self.config, self.timeout, context_data=self.context) as proxy:
                 reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
         except Exception as exc:  # no hardware service, RPC timeout, transport down
             log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
