@@ -67,6 +67,7 @@ def cmd_up(settings: Settings, args) -> int:
         print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.requested},"
                                              f" password in {server.password_file})" if server else ""))
         print(f"page: {page}")
+        print(f"layout: {settings.line_file}")
         print(f"data directory: {settings.data_dir.resolve()}")
         print("processes: " + (", ".join(s.name for s in specs) or "(none built yet)"))
         if settings.tokens_generated:
@@ -225,8 +226,18 @@ COMMANDS = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("linectl")
+    except PackageNotFoundError:  # a checkout on sys.path without an install
+        return "0+checkout"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="linectl", description="linectl line-control backend")
+    parser.add_argument("--version", action="version", version=f"linectl {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_fn, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)

@@ -21,6 +21,19 @@ from urllib.parse import urlsplit
 import yaml
 
 PREFIX = "LINECTL_"
+LAYOUT_NAME = "line.yaml"
+
+
+def default_line_file() -> Path:
+    """The line layout when ``LINECTL_LINE_FILE`` is unset: ``line.yaml`` in the
+    working directory, else the checkout's ``deploy/line.yaml``, else the demo
+    layout the wheel ships (``shared/deploy/``, copied from ``deploy/`` at build)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (Path.cwd() / LAYOUT_NAME, here.parent / "deploy" / LAYOUT_NAME,
+                      here / "deploy" / LAYOUT_NAME):
+        if candidate.is_file():
+            return candidate
+    return here / "deploy" / LAYOUT_NAME  # missing: the layout loader names this path
 ROLES = ("operator", "platform", "runtime", "admin")
 
 
@@ -48,7 +61,7 @@ class Settings:
     command_wait_seconds: float = 2.0
     # A robot/tool step with no result by then suspends its job for the operator.
     step_timeout_seconds: float = 150.0
-    line_file: Path = Path(__file__).resolve().parent.parent / "deploy" / "line.yaml"
+    line_file: Path = dataclasses.field(default_factory=default_line_file)
     log_level: str = "INFO"
     log_format: str = "text"
     embedded_pg_port: int = 54329

@@ -38,7 +38,8 @@ def _cmdline(pid: str) -> str:
 
 class Stack:
     def __init__(self, data_dir: Path, transport_env: dict[str, str], *, sim_speed: float = 200.0,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, command: list[str] | None = None,
+                 cwd: Path | None = None):
         self.data_dir = data_dir
         self.http_port, self.sim_port, self.pg_port = free_port(), free_port(), free_port()
         self.env = {**os.environ, **transport_env, "LINECTL_DATA_DIR": str(data_dir),
@@ -47,6 +48,9 @@ class Stack:
                     "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self.env.pop("LINECTL_DATABASE_URL", None)
         self.marker = f"LINECTL_DATA_DIR={data_dir}".encode()
+        # ``linectl up`` of this checkout, or (``command``) of an installed linectl.
+        self.command = command or [sys.executable, "-m", "shared.cli", "up"]
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.base = f"http://127.0.0.1:{self.http_port}"
@@ -55,7 +59,7 @@ class Stack:
 
     def up(self) -> Stack:
         self.lines = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "up"], env=self.env,
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, bufsize=1)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()

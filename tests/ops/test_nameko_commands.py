@@ -1,0 +1,80 @@
+"""The commands the docs show for running a service by hand work as written:
+``nameko run --config deploy/nameko.yaml services.<name>.service`` for each
+service (a ``status()`` call answered over the transport) and ``nameko shell``
+with the same config."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nameko.standalone.rpc import ClusterRpcProxy
+
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMEKO = str(Path(sys.executable).with_name("nameko"))
+CONFIG = str(ROOT / "deploy" / "nameko.yaml")
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def service_env(db_url, nameko_config):
+    # What deploy/nameko.yaml reads from the environment.
+    return {**os.environ, "LINECTL_DATABASE_URL": db_url, "LINECTL_AMQP_URI": nameko_config["AMQP_URI"]}
+
+
+def _run(module: str, env) -> subprocess.Popen:
+    return subprocess.Popen([NAMEKO, "run", "--config", CONFIG, module], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def _status(nameko_config, service):
+    try:
+        with ClusterRpcProxy(nameko_config, timeout=5) as rpc:
+            return getattr(rpc, service).status()
+    except Exception:  # noqa: BLE001 - not up yet
+        return None
+
+
+@pytest.mark.parametrize("service, module", [
+    ("line_controller", "services.line_controller.service"),
+    ("hardware", "services.hardware.service"),
+])
+def test_nameko_run_with_the_shipped_config_serves(service, module, service_env, nameko_config):
+    proc = _run(module, service_env)
+    try:
+        status = wait_for(lambda: proc.poll() is None and _status(nameko_config, service), 90, 0.5,
+                          f"{service}.status() over the transport")
+    finally:
+        out = _stop(proc)
+    assert isinstance(status, dict), out
+    assert "must define a name" not in out
+
+
+def test_nameko_shell_with_the_shipped_config_reaches_a_service(service_env, nameko_config):
+    proc = _run("services.line_controller.service", service_env)
+    try:
+        wait_for(lambda: _status(nameko_config, "line_controller"), 90, 0.5, "the line_controller up")
+        shell = subprocess.run([NAMEKO, "shell", "--config", CONFIG], env=service_env, cwd=ROOT,
+                               input="print('lastSeq', n.rpc.line_controller.status()['lastSeq'])\n",
+                               capture_output=True, text=True, timeout=90)
+    finally:
+        _stop(proc)
+    assert re.search(r"lastSeq \d+", shell.stdout), shell.stdout + shell.stderr
