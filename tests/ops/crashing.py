@@ -21,18 +21,22 @@ class Line:
         self.engine = create_engine(url, pool_size=1)
         self.amqp_uri = amqp_uri
 
+    def _held_by_hardware(self) -> set[str] | None:
+        """The correlation ids the hardware service holds (None: it is restarting)."""
+        try:
+            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
+                return set(rpc.hardware.known_actions()["open"])
+        except Exception:  # noqa: BLE001 - restarting: look again
+            return None
+
     def held_task(self, kinds, every=False):
         """A task RUNNING in the DB that the hardware service has accepted and not
         answered (``every``: and so are all other RUNNING tasks of ``kinds``)."""
         with self.engine.connect() as c:
             rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k) "
                                   "ORDER BY id"), {"k": list(kinds)}).scalars().all()
-        if not rows:
-            return None
-        try:
-            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
-                held = set(rpc.hardware.known_actions()["open"])
-        except Exception:  # noqa: BLE001 - restarting: look again
+        held = self._held_by_hardware() if rows else None
+        if held is None:
             return None
         if every and not all(str(task_id) in held for task_id in rows):
             return None
@@ -44,12 +48,8 @@ class Line:
         with self.engine.connect() as c:
             rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k)"),
                              {"k": list(kinds)}).scalars().all()
-        if len(rows) < at_least:
-            return None
-        try:
-            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
-                held = set(rpc.hardware.known_actions()["open"])
-        except Exception:  # noqa: BLE001 - restarting: look again
+        held = self._held_by_hardware() if len(rows) >= at_least else None
+        if held is None:
             return None
         ids = [t for t in rows if str(t) in held]
         return ids if len(ids) >= at_least else None
