@@ -11,7 +11,8 @@ starts at the newest event.
 A client whose bounded queue fills up (it reads too slowly) gets
 ``{"type": "overflow", "resumeAfter": seq}`` and is closed; it reconnects
 with ``?after=<resumeAfter>``. A client resuming from a seq that retention has
-purged first gets ``{"type": "gap", "from": first missing, "to": last missing}``. The server pings every ``PING_SECONDS``.
+purged first gets ``{"type": "gap", "from": first missing, "to": last missing}``.
+The server pings every ``PING_SECONDS``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
-from shared.config import Settings, SettingsError, load_settings, mask_url
+from shared.config import MAX_RETENTION_DAYS, Settings, SettingsError, load_settings, mask_url
 
 log = logging.getLogger("linectl")
 
@@ -122,7 +122,7 @@ def cmd_purge(settings: Settings, args) -> int:
     """Delete what the retention policy says is old (see shared/db/retention.py):
     once, or (``args.every``) on a schedule until SIGTERM. A failed scheduled round
     (the database away) is retried at the next one."""
-    import logging
+    import dataclasses
     import signal
     import threading
 
@@ -130,11 +130,10 @@ def cmd_purge(settings: Settings, args) -> int:
     from shared.db.retention import RetentionPolicy, purge
 
     log = logging.getLogger("linectl.retention")
-    defaults = RetentionPolicy.from_settings(settings)
-    policy = RetentionPolicy(
-        event_days=args.event_days or defaults.event_days, ai_days=args.ai_days or defaults.ai_days,
-        audit_days=args.audit_days or defaults.audit_days,
-        dead_letter_days=args.dead_letter_days or defaults.dead_letter_days)
+    given = {"event_days": args.event_days, "ai_days": args.ai_days, "audit_days": args.audit_days,
+             "dead_letter_days": args.dead_letter_days}
+    policy = dataclasses.replace(RetentionPolicy.from_settings(settings),
+                                 **{k: v for k, v in given.items() if v is not None})
     url, server = database_url(settings)
     engine = make_engine(url, pool_size=1)
     stopping = threading.Event()
@@ -244,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
         if name in ("purge", "retention"):
-            days = functools.partial(_int_range, 1, 36500)
+            days = functools.partial(_int_range, 1, MAX_RETENTION_DAYS)
             p.add_argument("--event-days", type=days, help="days of events and handled messages kept "
                            "(default LINECTL_RETENTION_EVENT_DAYS, 30)")
             p.add_argument("--ai-days", type=days, help="days finished AI jobs are kept "

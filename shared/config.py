@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import yaml
 
 PREFIX = "LINECTL_"
+ROLES = ("operator", "platform", "runtime", "admin")
+MAX_RETENTION_DAYS = 36500
 LAYOUT_NAME = "line.yaml"
 
 
@@ -34,7 +36,6 @@ def default_line_file() -> Path:
         if candidate.is_file():
             return candidate
     return here / "deploy" / LAYOUT_NAME  # missing: the layout loader names this path
-ROLES = ("operator", "platform", "runtime", "admin")
 
 
 class SettingsError(ValueError):
@@ -274,10 +275,10 @@ _PARSERS = {
     "DB_ROLES": ("db_roles", _bool),
     "GATEWAY_WORKERS": ("gateway_workers", lambda n, r: _int(n, r, 0, 64)),
     "GATEWAY_THREADS": ("gateway_threads", lambda n, r: _int(n, r, 4, 1024)),
-    "RETENTION_EVENT_DAYS": ("retention_event_days", lambda n, r: _int(n, r, 1, 36500)),
-    "RETENTION_AI_DAYS": ("retention_ai_days", lambda n, r: _int(n, r, 1, 36500)),
-    "RETENTION_AUDIT_DAYS": ("retention_audit_days", lambda n, r: _int(n, r, 1, 36500)),
-    "RETENTION_DEAD_LETTER_DAYS": ("retention_dead_letter_days", lambda n, r: _int(n, r, 1, 36500)),
+    "RETENTION_EVENT_DAYS": ("retention_event_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
+    "RETENTION_AI_DAYS": ("retention_ai_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
+    "RETENTION_AUDIT_DAYS": ("retention_audit_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
+    "RETENTION_DEAD_LETTER_DAYS": ("retention_dead_letter_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
     "RETENTION_INTERVAL_SECONDS": ("retention_interval_seconds", lambda n, r: _int(n, r, 0, 7 * 86400)),
 }
 

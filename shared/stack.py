@@ -49,7 +49,7 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
             continue
         if _exists(module):
             # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
-            grace = {"hardware": HARDWARE_STOP_SECONDS}.get(name, ProcessSpec.grace_seconds)
+            grace = HARDWARE_STOP_SECONDS if name == "hardware" else ProcessSpec.grace_seconds
             specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace))
     return specs
 

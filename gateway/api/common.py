@@ -15,8 +15,8 @@ from gateway.errors import ApiError
 from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
 
-# Commands' error codes from the loop → HTTP status. INTERNAL is the loop's own
-# fault (its database went away mid-command): the server's, not the client's.
+# Commands' rejection codes from the loop → HTTP status (a FAILED command is the
+# server's fault, not the client's: 503, in run_command).
 _REJECTION_STATUS = {"INVALID_TRANSITION": 409, "NOT_FOUND": 404, "VALIDATION_ERROR": 400,
                      "IDEMPOTENCY_KEY_REUSED": 409}
 IDEMPOTENCY_HEADER = "Idempotency-Key"

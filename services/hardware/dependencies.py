@@ -62,7 +62,6 @@ class LineHardware:
                                              timeout=self.link.timeout), self.layout)
         self._spawn = spawn
         self.stop_grace = float(config.get("LINECTL_HW_STOP_GRACE", 25.0))
-        self.stopping = False
         self._machine_starts: set = set()  # greenthreads of machine starts in progress
         # Names this instance in HardwareStarted, HardwareStopping and every acceptance.
         self.instance_id = uuid.uuid4().hex
@@ -110,7 +109,7 @@ class LineHardware:
         self._dispatch(ev.HARDWARE, result.event_type, result.payload())
 
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
-        if self.stopping:  # nothing moved: the line_controller puts the job back
+        if self.robot.stopping:  # nothing moved: the line_controller puts the job back
             return {"accepted": False, "errorCode": ev.NOT_EXECUTED,
                     "errorMessage": "the hardware service is stopping"}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
@@ -136,21 +135,20 @@ class LineHardware:
         queued ones NOT_EXECUTED, and give the executing ones ``stop_grace``
         seconds to finish and report. What does not finish in time stays open:
         the next instance's start puts it to an operator, as after a kill."""
-        self.stopping = True
+        self.robot.stopping = True
         try:
             self._dispatch(ev.HARDWARE, ev.HARDWARE_STOPPING, {"instanceId": self.instance_id,
                                                                 "startedAt": self.started_at})
         except Exception:  # the transport is away: the queued actions are answered anyway
             log.exception("could not announce the hardware service's stop")
         deadline = eventlet.hubs.get_hub().clock() + self.stop_grace
-        robot_done = self.robot.drain(self.stop_grace)
+        self.robot.drain(self.stop_grace)
         for thread in list(self._machine_starts):
             left = deadline - eventlet.hubs.get_hub().clock()
             with eventlet.Timeout(max(left, 0.0), False):
                 thread.wait()
-        unfinished = list(self._open)
-        if unfinished or not robot_done:
-            log.warning("stopped with %s action(s) still executing: %s", len(unfinished), unfinished)
+        if self._open:  # accepted and not answered: still executing
+            log.warning("stopped with %s action(s) still executing: %s", len(self._open), list(self._open))
         else:
             log.info("stopped cleanly: every accepted action answered")
 

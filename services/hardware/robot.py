@@ -103,11 +103,9 @@ class ActionRunner:
         return {"equipmentId": cmd.equipment_id, "slots": sorted(cmd.jobs)}
 
 
-
-
-def not_executed(request: ActionRequest, why: str) -> ActionResult:
+def not_executed(request: ActionRequest) -> ActionResult:
     """The result of an accepted action that never reached the PLC: nothing moved."""
-    return ActionResult(request, False, 0, {}, NOT_EXECUTED, why)
+    return ActionResult(request, False, 0, {}, NOT_EXECUTED, "the hardware service stopped before it ran")
 
 
 class RobotQueue:
@@ -136,7 +134,7 @@ class RobotQueue:
             request = self._queue.get()
             with self._executing:
                 if self.stopping:  # taken in the instant the stop began: it never starts
-                    self._publish(not_executed(request, "the hardware service stopped before it ran"))
+                    self._publish(not_executed(request))
                     continue
                 self.current = request
                 try:
@@ -150,15 +148,12 @@ class RobotQueue:
         except Exception:  # a failed publish must not stop the robot
             log.exception("robot action %s: could not publish its result", result.request.action_id)
 
-    def drain(self, grace: float) -> bool:
+    def drain(self, grace: float) -> None:
         """Stop taking requests; answer the queued ones NOT_EXECUTED; wait up to
-        ``grace`` seconds for the executing one. False: it did not finish (its
-        result never comes; the next instance's start puts it to an operator)."""
+        ``grace`` seconds for the executing one (one that does not finish never
+        reports; the next instance's start puts it to an operator)."""
         self.stopping = True
         while self._queue.qsize():
-            self._publish(not_executed(self._queue.get_nowait(),
-                                       "the hardware service stopped before it ran"))
-        finished = self._executing.acquire(timeout=grace)
-        if finished:
+            self._publish(not_executed(self._queue.get_nowait()))
+        if self._executing.acquire(timeout=grace):
             self._executing.release()
-        return finished

@@ -29,8 +29,8 @@ from .scheduling import HardwareRequest
 log = logging.getLogger(__name__)
 
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
-PLC_WAIT_SECONDS = 20.0
-ACCEPTED_REMEMBERED = 10_000  # far more than are ever open at once  # how long recovery keeps asking when the PLC is not reachable yet
+PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
+ACCEPTED_REMEMBERED = 10_000  # acceptances kept: far more than are ever open at once
 # A step's deadline (task.deadline_at); past it a StepTimeout suspends the job:
 # LINECTL_STEP_TIMEOUT_SECONDS (default 150 s, above the hardware's own 120 s action
 # timeout, so its Failed result comes first); the nameko config key

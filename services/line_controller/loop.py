@@ -49,13 +49,6 @@ UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
 
 
-def _instant(text: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
-
-
 @dataclass
 class Outcome:
     message_id: str
@@ -329,8 +322,8 @@ class EventLoop:
         self.handled_total += 1
         if msg.type == "HardwareStopping":
             self._hardware_stopping(parsed)
-        if msg.type == "RecoveryCheck" and parsed.hardware_started_at:
-            self._hardware_started_at = _instant(parsed.hardware_started_at)
+        if msg.type == "RecoveryCheck" and parsed.hardware_started:
+            self._hardware_started_at = parsed.hardware_started
             self.hardware_away = None
         if msg.type == "RecoveryCheck":
             self.recovering = False
@@ -347,8 +340,7 @@ class EventLoop:
         return Outcome(msg.id, status, result)
 
     def _hardware_stopping(self, evt: m.HardwareStopping) -> None:
-        started = _instant(evt.started_at)
-        if started and self._hardware_started_at and started < self._hardware_started_at:
+        if evt.started and self._hardware_started_at and evt.started < self._hardware_started_at:
             return  # an older instance's late word: a newer one has started since
         log.info("hardware instance %s stops: robot work held until the next one starts", evt.instance_id)
         self.hardware_away = evt.instance_id

@@ -139,6 +139,19 @@ def _key(name: str, default=dataclasses.MISSING):
     return field(default=default, metadata={"key": name})
 
 
+def _instant(name: str, value: str | None) -> datetime | None:
+    """An ISO-8601 instant with its offset (a hardware service's clock), or None."""
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(name, "expected an ISO-8601 time") from None
+    if when.tzinfo is None:
+        raise ValidationError(name, "expected an ISO-8601 time with its UTC offset")
+    return when
+
+
 def _positive(name: str, value: int | None):
     if value is not None and value < 1:
         raise ValidationError(name, "must be >= 1")
@@ -296,12 +309,26 @@ class RecoveryCheck:
     # (the rest wait in its queue for the new one, or were answered NOT_EXECUTED).
     accepted_by_earlier: tuple[str, ...] | None = _key("acceptedByEarlier", None)
 
+    def validate(self):
+        _instant("hardwareStartedAt", self.hardware_started_at)
+
+    @property
+    def hardware_started(self) -> datetime | None:
+        return _instant("hardwareStartedAt", self.hardware_started_at)
+
 
 @dataclass(frozen=True)
 class HardwareStopping:
     """A hardware instance stops cleanly: no new robot work until the next one starts."""
     instance_id: str = _key("instanceId")
     started_at: str | None = _key("startedAt", None)
+
+    def validate(self):
+        _instant("startedAt", self.started_at)
+
+    @property
+    def started(self) -> datetime | None:
+        return _instant("startedAt", self.started_at)
 
 
 # -- worker results -------------------------------------------------------------------

@@ -122,8 +122,7 @@ class LineControllerService:
         # A new hardware instance: actions the old one accepted will never report.
         # Check the state again, like after our own start (one check per instance).
         instance = str((payload or {}).get("instanceId", ""))[:40]
-        port = self.loop.hardware
-        earlier = port.accepted_by_other_than(instance) if hasattr(port, "accepted_by_other_than") else None
+        earlier = self.loop.hardware.accepted_by_other_than(instance)
         msg = new_message("RecoveryCheck", {"plcState": (payload or {}).get("plcState"),
                                             "hardwareStartedAt": (payload or {}).get("startedAt"),
                                             "acceptedByEarlier": earlier},

@@ -5,6 +5,8 @@ accepted may have started, so only that is asked about."""
 
 from datetime import UTC
 
+import pytest
+
 from services.line_controller import recovery as r
 from tests.line_controller.scripted import Load, Refill, Unload
 from tests.line_controller.test_inspection_and_failures import _to_inspection
@@ -94,3 +96,14 @@ def test_after_a_hardware_restart_only_what_an_earlier_instance_accepted_is_aske
     assert harness.row("SELECT status FROM task WHERE id = :id", id=accepted.task_id).status == "FAILED"
     assert harness.row("SELECT status FROM task WHERE id = :id", id=queued.task_id).status == "RUNNING"
     assert [a.kind for a in harness.manual_actions()] == [r.TASK_OUTCOME_UNKNOWN]
+
+
+@pytest.mark.parametrize("type_, payload", [
+    ("HardwareStopping", {"instanceId": "hw-a", "startedAt": "yesterday"}),
+    ("HardwareStopping", {"instanceId": "hw-a", "startedAt": "2026-12-01T10:00:00"}),  # no offset
+    ("RecoveryCheck", {"plcState": None, "hardwareStartedAt": "not a time"}),
+])
+def test_a_malformed_hardware_instant_is_rejected_and_changes_nothing(harness, type_, payload):
+    out = harness.send(type_, payload)
+    assert (out.status, out.error["code"]) == ("REJECTED", "VALIDATION_ERROR")
+    assert not harness.loop.status()["hardwareAway"] and harness.manual_actions() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import contextmanager
 
 from nameko.standalone.rpc import ClusterRpcProxy
 from sqlalchemy import create_engine, text
@@ -83,6 +84,20 @@ def kill(stack, name, moment, what, sig=signal.SIGKILL):
     wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
     stack.wait_ready(120)
     return found, mark
+
+
+@contextmanager
+def reported(stack, line):
+    """On a failure, what the processes said and the line's state, for the
+    report; the line's engine is closed either way."""
+    try:
+        yield
+    except BaseException:
+        print(stack.output()[-30000:])
+        print(dump_line(stack.database_url()))
+        raise
+    finally:
+        line.engine.dispose()
 
 
 def dump_line(url) -> str:

@@ -8,7 +8,7 @@ import signal
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, Line, dump_line, kill
+from tests.ops.crashing import CARRYING, Line, kill, reported
 from tests.ops.invariants import line_invariants
 from tests.support.waiting import wait_for
 
@@ -20,7 +20,7 @@ def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
     stack.wait_line("linectl: ready", 180)
     token = stack.token("operator")
     line = Line(stack.database_url(), stack.amqp_uri())
-    try:
+    with reported(stack, line):
         code, order = stack.request("POST", "/api/work-orders",
                                     {"productId": "SHAFT-B", "quantity": QUANTITY}, token)
         assert code == 201, order
@@ -53,9 +53,3 @@ def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
         assert outcomes.get("NOT_EXECUTED", 0) >= 1, (outcomes, queued)
         print(f"task outcomes: {outcomes}")
         assert stack.terminate() == 0
-    except BaseException:
-        print(stack.output()[-30000:])
-        print(dump_line(stack.database_url()))
-        raise
-    finally:
-        line.engine.dispose()

@@ -8,7 +8,7 @@ The order must finish with exact counts and every invariant must hold."""
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, Line, dump_line, kill
+from tests.ops.crashing import CARRYING, Line, kill, reported
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import resolve_open_recovery
 from tests.support.waiting import wait_for
@@ -27,7 +27,7 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
         nonlocal answered
         answered += resolve_open_recovery(stack, token, stack.amqp_uri())
 
-    try:
+    with reported(stack, line):
         code, order = stack.request("POST", "/api/work-orders",
                                     {"productId": "SHAFT-B", "quantity": QUANTITY}, token)
         assert code == 201, order
@@ -70,9 +70,3 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
             for a in c.execute(text("SELECT kind, text, resolution FROM manual_action ORDER BY id")):
                 print(f"asked: {a.kind}: {a.text[:160]} -> {a.resolution}")
         assert stack.terminate() == 0
-    except BaseException:
-        print(stack.output()[-30000:])  # what the processes said, for the report
-        print(dump_line(stack.database_url()))
-        raise
-    finally:
-        line.engine.dispose()

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.gateway.cdp import CHROMIUM, Browser
-from tests.ops.crashing import CARRYING, Line, dump_line, kill
+from tests.ops.crashing import CARRYING, Line, kill, reported
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import ROBOT_IDLE_WAIT, answer_for, plc_state
 from tests.support.waiting import wait_for
@@ -37,7 +37,7 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
     token = stack.token("operator")
     line = Line(stack.database_url(), stack.amqp_uri())
     page = browser.check
-    try:
+    with reported(stack, line):
         browser.navigate(stack.base + "/")
         wait_for(lambda: page("document.readyState === 'complete'"), 30)
         browser.evaluate(f"localStorage.setItem('linectl.token', '{token}')")
@@ -92,9 +92,3 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
         assert line_invariants(stack.database_url(), int(order_id)) == []
         assert (line.task(refill).status, line.actions_about(refill)) == ("SUCCEEDED", [])
         assert stack.terminate() == 0
-    except BaseException:
-        print(stack.output()[-30000:])
-        print(dump_line(stack.database_url()))
-        raise
-    finally:
-        line.engine.dispose()

@@ -18,8 +18,6 @@ is resolved. Nothing is guessed and nothing is replayed from logs.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from shared import events as ev
 from shared.db.models import JOB_TERMINAL
 
@@ -72,7 +70,7 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
         # A hardware restart mid-run: only the actions it lost are in question (the
         # line's state was consistent a message ago, and a PLC read taken before this
         # message would race the loop's own updates).
-        since = datetime.fromisoformat(evt.hardware_started_at.replace("Z", "+00:00"))
+        since = evt.hardware_started
         open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
         if evt.accepted_by_earlier is not None:
             # What no earlier instance accepted never reached it: the request waits in
