@@ -118,7 +118,8 @@ class Stack:
         return None
 
     def ps(self) -> str:
-        return subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        # -ww: ps cuts args at $COLUMNS (80 when CI sets it), which hides a long venv path's name.
+        return subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
 
     # -- HTTP ------------------------------------------------------------------------------
 
