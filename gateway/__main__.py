@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 import warnings
 
@@ -60,6 +61,27 @@ class GatewayServer(BaseApplication):
             app.extensions["linectl"].close()
 
 
+FDS_BESIDE_STREAMS = 256  # pools, the relay, listening and request sockets, log files
+
+
+def _open_file_room(streams: int) -> int:
+    """Raise the soft open-file limit toward the hard one so every stream gets its
+    socket; when even that is too low, serve fewer streams (and say so) rather
+    than fail accept() for everything else."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = streams + FDS_BESIDE_STREAMS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        fewer = max(soft - FDS_BESIDE_STREAMS, 0)
+        logging.getLogger("gateway").warning(
+            "open-file limit %d: serving at most %d websocket streams per process, not %d",
+            soft, fewer, streams)
+        return fewer
+    return streams
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--name", default="gateway", help="process name (shows in ps)")
@@ -80,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.workers is not None:
         settings = settings.replace(gateway_workers=args.workers)
+    settings = settings.replace(ws_max_clients=_open_file_room(settings.ws_max_clients))
     options = {
         "bind": f"{settings.http_host}:{settings.http_port}",
         "workers": settings.gateway_worker_count,

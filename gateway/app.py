@@ -51,6 +51,7 @@ class GatewayContext:
     metrics: metrics.GatewayMetrics = None
     status_rpc: object = None  # a small pool with a short timeout, for status()
     relay: object = None  # gateway.relay.EventRelay, started by event_relay()
+    hub: object = None  # gateway.stream_hub.StreamHub, started by stream_hub()
     ai: AiJobQueue = None
     sweeper: ExpirySweeper = None  # started by start_background() in a serving process
     _lock: threading.Lock = None
@@ -81,17 +82,36 @@ class GatewayContext:
 
     def event_relay(self):
         """The process's ``line_events`` consumer, started on first use."""
-        from gateway.relay import EventRelay
-
         with self._lock:
-            if self.relay is None:
-                self.relay = EventRelay(nameko_config(self.settings)["AMQP_URI"])
-        if not self.relay.start():
+            relay = self._relay()
+        if not relay.start():
             raise errors.ApiError(503, "UNAVAILABLE", "the live event feed is not connected yet")
         return self.relay
 
+    def stream_hub(self):
+        """The process's websocket StreamHub, started on first use and fed by the relay."""
+        from gateway.stream_hub import HubLimits, StreamHub
+        from gateway.ws import read_log
+
+        with self._lock:
+            if self.hub is None:
+                s = self.settings
+                limits = HubLimits(max_clients=s.ws_max_clients, max_message_bytes=s.ws_max_message_bytes,
+                                   send_timeout=s.ws_send_timeout_seconds)
+                self.hub = StreamHub(lambda after, limit: read_log(self.db, after, limit), limits,
+                                     on_count=self.metrics.ws_clients.set).start()
+                self._relay().add_listener(self.hub)
+        return self.hub
+
+    def _relay(self):
+        from gateway.relay import EventRelay
+
+        if self.relay is None:
+            self.relay = EventRelay(nameko_config(self.settings)["AMQP_URI"])
+        return self.relay
+
     def close(self) -> None:
-        for part in (self.relay, self.sweeper):
+        for part in (self.relay, self.hub, self.sweeper):
             if part is not None:
                 part.stop()
         for pool in (self.rpc, self.status_rpc):

@@ -5,11 +5,12 @@ events exchange, so every process receives every event (a shared nameko
 ``event_handler`` queue would split them between processes). There is no
 nameko container in the gateway; this thread is plain kombu.
 
-Frames are fanned out to per-client bounded queues (:class:`Subscription`);
-pushing never blocks, so one slow websocket client cannot stall the others
-— its queue fills and it is marked ``overflowed``. After a reconnect of the
-consumer, subscribers get :data:`RESYNC` and re-read ``event_log`` from
-their last seq, since events published while disconnected were lost.
+Each message's frames go to the process's listeners in one call
+(``on_frames``): the websocket StreamHub, which must never block the relay;
+after a reconnect of the consumer they get ``on_resync()``, since events
+published while disconnected were lost and must be re-read from
+``event_log``. :class:`Subscription` is a bounded-queue listener for code that
+wants to block on frames (benchmarks, tests).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from shared.events import LINE_CONTROLLER, LINE_EVENTS
 
 log = logging.getLogger(__name__)
 
-RESYNC = object()  # "re-read the event log": events may have been missed
+RESYNC = object()  # a Subscription's "re-read the event log": events may have been missed
 
 
 class Subscription:
+    """A listener with a bounded queue; marked ``overflowed`` instead of blocking."""
+
     def __init__(self, maxsize: int):
         self.queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self.overflowed = False
@@ -45,6 +48,13 @@ class Subscription:
         except queue.Full:
             self.overflowed = True
 
+    def on_frames(self, frames: list[dict]) -> None:
+        for frame in frames:
+            self.push(frame)
+
+    def on_resync(self) -> None:
+        self.push(RESYNC)
+
 
 class EventRelay:
     def __init__(self, amqp_uri: str, *, service: str = LINE_CONTROLLER):
@@ -53,27 +63,28 @@ class EventRelay:
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._subscribers: set[Subscription] = set()
+        self._listeners: list = []
         self._thread: threading.Thread | None = None
         self.queue_name = f"gateway-events-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
-    # -- subscribers ------------------------------------------------------
+    # -- listeners ----------------------------------------------------------
+
+    def add_listener(self, listener) -> None:
+        """``listener.on_frames(frames)`` / ``on_resync()``, called on the relay thread; must not block."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener) -> None:
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
 
     def subscribe(self, maxsize: int = 1000) -> Subscription:
         sub = Subscription(maxsize)
-        with self._lock:
-            self._subscribers.add(sub)
+        self.add_listener(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        with self._lock:
-            self._subscribers.discard(sub)
-
-    def _broadcast(self, item) -> None:
-        with self._lock:
-            subscribers = list(self._subscribers)
-        for sub in subscribers:
-            sub.push(item)
+        self.remove_listener(sub)
 
     # -- the consumer thread ------------------------------------------------
 
@@ -92,9 +103,10 @@ class EventRelay:
     def _on_message(self, body, message) -> None:
         message.ack()
         frames = body.get("events") if isinstance(body, dict) else None
-        for frame in frames or []:
-            if isinstance(frame, dict) and isinstance(frame.get("seq"), int):
-                self._broadcast(frame)
+        frames = [f for f in frames or [] if isinstance(f, dict) and type(f.get("seq")) is int]
+        if frames:
+            for listener in self._listeners:
+                listener.on_frames(frames)
 
     def _run(self) -> None:
         exchange = get_event_exchange(self.service, {})
@@ -106,7 +118,8 @@ class EventRelay:
                                    durable=False, auto_delete=True)
                     with conn.Consumer(events, callbacks=[self._on_message], accept=["json"]):
                         if bound_before:
-                            self._broadcast(RESYNC)
+                            for listener in self._listeners:
+                                listener.on_resync()
                         bound_before = True
                         self.ready.set()
                         while not self._stop.is_set():

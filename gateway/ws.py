@@ -8,17 +8,22 @@ duplicate, a jump is filled from the database first), so the switch from
 backlog to live has no gap and no duplicate. Without ``after`` the stream
 starts at the newest event.
 
-A client whose bounded queue fills up (it reads too slowly) gets
-``{"type": "overflow", "resumeAfter": seq}`` and is closed; it reconnects
-with ``?after=<resumeAfter>``. A client resuming from a seq that retention has
-purged first gets ``{"type": "gap", "from": first missing, "to": last missing}``.
-The server pings every ``PING_SECONDS``.
+The route holds no thread while a stream is open: flask-sock does the
+handshake on the request thread, then the connection is handed to the
+process's :class:`gateway.stream_hub.StreamHub`, which serves every stream
+from one thread (see there for the limits: per-process cap, client message
+size, send timeout, queue bound). A client that falls behind gets
+``{"type": "overflow", "resumeAfter": seq}`` and is closed (1013); it
+reconnects with ``?after=<resumeAfter>``. A client resuming from a seq that
+retention has purged first gets ``{"type": "gap", "from": first missing, "to":
+last missing}``. Beyond the cap, the handshake is refused with 503 at once.
+permessage-deflate is never negotiated: an inflated frame has no size bound
+before it is inflated.
 """
 
 from __future__ import annotations
 
-import json
-import queue
+import socket
 
 from flask import Blueprint, g, request
 from flask_sock import Sock
@@ -26,15 +31,9 @@ from sqlalchemy import func, select
 
 from gateway.auth import authenticate
 from gateway.errors import ApiError
-from gateway.relay import RESYNC
 from gateway.schemas import MAX_ID
 from shared import serialize
 from shared.db.models import EventLog
-
-QUEUE_SIZE = 1000
-BACKLOG_PAGE = 500
-PING_SECONDS = 20
-CLOSE_TRY_AGAIN_LATER = 1013
 
 bp = Blueprint("ws", __name__)
 sock = Sock()
@@ -51,74 +50,63 @@ def _check_request():
     # Runs before the upgrade, so a refusal is a plain HTTP error with the envelope.
     authenticate("operator")
     raw = request.args.get("after")
+    if raw is not None and (not raw.isdigit() or int(raw) > MAX_ID):
+        raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
+    ctx = _context()
+    ctx.event_relay()  # 503 while the live feed is not connected
+    hub = ctx.stream_hub()
+    if not hub.reserve():
+        raise ApiError(503, "UNAVAILABLE", f"this gateway process serves {hub.limits.max_clients}"
+                       " streams already; try again later or another gateway")
+    g.ws_slot = hub
     if raw is None:
         # "From now": fixed before the handshake, so nothing after it is missed.
-        with _context().db() as session:
+        with ctx.db() as session:
             g.ws_after = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
     else:
-        if not raw.isdigit() or int(raw) > MAX_ID:
-            raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
         g.ws_after = int(raw)
-    g.ws_relay = _context().event_relay()
+    # No permessage-deflate: simple-websocket would accept it, and a compressed
+    # frame is inflated with no bound before any size check.
+    request.environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)
 
 
-def gap_before(first_seq: int, last: int) -> dict | None:
-    """The events a client missed between ``last`` and the first one the log still
-    has: seq is gapless, so a jump means retention purged them."""
-    if first_seq > last + 1:
-        return {"from": last + 1, "to": first_seq - 1}
-    return None
+@bp.teardown_request
+def _release_slot(_exc):
+    hub = g.pop("ws_slot", None)
+    if hub is not None:
+        hub.release()  # refused or failed before the hub adopted the stream
 
 
-def _send_from_log(ws, db, last: int, upto: int | None = None) -> int:
-    """Send logged events with ``last < seq (<= upto)`` in order; the new last seq.
-    Events already purged are announced by one ``gap`` control frame."""
-    while True:
-        stmt = select(EventLog.__table__).where(EventLog.seq > last).order_by(EventLog.seq).limit(BACKLOG_PAGE)
-        if upto is not None:
-            stmt = stmt.where(EventLog.seq <= upto)
-        with db() as session:
-            frames = [serialize.event_frame(r) for r in session.execute(stmt)]
-        if frames and (gap := gap_before(frames[0]["seq"], last)):
-            ws.send(json.dumps({"type": "gap", **gap}))
-        for frame in frames:
-            ws.send(json.dumps(frame))
-            last = frame["seq"]
-        if len(frames) < BACKLOG_PAGE:
-            return last
+def read_log(db, after: int, limit: int) -> list[dict]:
+    """Logged events with ``seq > after``, oldest first, as frames."""
+    stmt = select(EventLog.__table__).where(EventLog.seq > after).order_by(EventLog.seq).limit(limit)
+    with db() as session:
+        return [serialize.event_frame(r) for r in session.execute(stmt)]
+
+
+class HubReadsTheSocket:
+    """simple-websocket's reader-thread slot, left empty: the StreamHub reads
+    every stream's socket, so no thread is started per connection."""
+
+    name = "stream-hub"
+
+    def __init__(self, target=None, **_kwargs):
+        pass
+
+    def start(self) -> None:
+        pass
 
 
 @sock.route("/ws", bp=bp)
 def stream(ws):
-    ctx = _context()
-    sub = g.ws_relay.subscribe(QUEUE_SIZE)
-    ctx.metrics.ws_clients.inc()
-    try:
-        last = _send_from_log(ws, ctx.db, g.ws_after)
-        while ws.connected:
-            if sub.overflowed:
-                ws.send(json.dumps({"type": "overflow", "resumeAfter": last}))
-                ws.close(reason=CLOSE_TRY_AGAIN_LATER, message="too far behind; resume with ?after=")
-                return
-            try:
-                item = sub.queue.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            if item is RESYNC:
-                last = _send_from_log(ws, ctx.db, last)
-                continue
-            seq = item["seq"]
-            if seq <= last:
-                continue  # already sent from the backlog
-            if seq > last + 1:
-                last = _send_from_log(ws, ctx.db, last, upto=seq - 1)
-            ws.send(json.dumps(item))
-            last = seq
-    finally:
-        g.ws_relay.unsubscribe(sub)
-        ctx.metrics.ws_clients.dec()
+    hub = g.pop("ws_slot")
+    # Take the socket from the server: gunicorn closes (and half-closes) the one it
+    # holds when this returns, and a detached socket object closes nothing.
+    own = socket.socket(fileno=ws.sock.detach())
+    hub.adopt(own, ws.ws, g.ws_after)
+    ws.connected = False  # flask-sock's close() is then a no-op: the hub owns the stream
 
 
 def init_app(app) -> None:
-    app.config.setdefault("SOCK_SERVER_OPTIONS", {"ping_interval": PING_SECONDS})
+    app.config.setdefault("SOCK_SERVER_OPTIONS", {"thread_class": HubReadsTheSocket})
     app.register_blueprint(bp)

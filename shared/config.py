@@ -72,6 +72,13 @@ class Settings:
     # straight from PostgreSQL and streams every event over its own relay.
     gateway_workers: int = 0
     gateway_threads: int = 64
+    # Websocket streams (gateway/stream_hub.py): open streams per gateway process
+    # (each costs a socket and its send queue, no thread); the largest client
+    # message (the stream reads none: pings only); how long a reader may make no
+    # progress before it is told to resume later and closed.
+    ws_max_clients: int = 2000
+    ws_max_message_bytes: int = 4096
+    ws_send_timeout_seconds: float = 10.0
     # Retention (shared/db/retention.py): days kept, and how often the stack's
     # retention job runs (0: never; run `linectl purge` from a timer instead).
     retention_event_days: int = 30
@@ -275,6 +282,9 @@ _PARSERS = {
     "DB_ROLES": ("db_roles", _bool),
     "GATEWAY_WORKERS": ("gateway_workers", lambda n, r: _int(n, r, 0, 64)),
     "GATEWAY_THREADS": ("gateway_threads", lambda n, r: _int(n, r, 4, 1024)),
+    "WS_MAX_CLIENTS": ("ws_max_clients", lambda n, r: _int(n, r, 0, 100_000)),
+    "WS_MAX_MESSAGE_BYTES": ("ws_max_message_bytes", lambda n, r: _int(n, r, 125, 1024 * 1024)),
+    "WS_SEND_TIMEOUT_SECONDS": ("ws_send_timeout_seconds", lambda n, r: _float(n, r, 0.5, 600.0)),
     "RETENTION_EVENT_DAYS": ("retention_event_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
     "RETENTION_AI_DAYS": ("retention_ai_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
     "RETENTION_AUDIT_DAYS": ("retention_audit_days", lambda n, r: _int(n, r, 1, MAX_RETENTION_DAYS)),
