@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -78,33 +79,60 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def served_gateway(gateway_env, standin, tmp_path):
-    """``python -m gateway`` serving on a free port; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, **gateway_env, "LINECTL_HTTP_PORT": str(port),
-           "LINECTL_DATA_DIR": str(tmp_path), "LINECTL_LOG_LEVEL": "WARNING"}
-    log = open(tmp_path / "gateway.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "gateway", "--threads", "300"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+class ServedGateway:
+    """A ``python -m gateway`` process on a free port (one worker unless told)."""
 
-    def up():
-        if proc.poll() is not None:
-            raise AssertionError((tmp_path / "gateway.log").read_text())
+    def __init__(self, env: dict, tmp_path, threads: int = 300, workers: int = 1):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"gateway-{self.port}.log"
+        env = {**os.environ, **env, "LINECTL_HTTP_PORT": str(self.port),
+               "LINECTL_DATA_DIR": str(tmp_path), "LINECTL_LOG_LEVEL": "WARNING"}
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--name", "gateway", "--threads", str(threads),
+             "--workers", str(workers)], env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for(self._up, timeout=30, message="the gateway to serve /healthz")
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(self.log_path.read_text())
         try:
-            return requests.get(base + "/healthz", timeout=1).ok
+            return requests.get(self.base + "/healthz", timeout=1).ok
         except requests.RequestException:
             return False
 
-    try:
-        wait_for(up, timeout=30, message="the gateway to serve /healthz")
-        yield base
-    finally:
-        proc.terminate()
+    def worker_pids(self) -> list[int]:
+        """gunicorn's worker processes (the children of the master)."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        return [int(p) for p in children]
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            proc.wait(timeout=15)
+            self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def gateway_server(gateway_env, standin, tmp_path):
+    """``gateway_server(threads=, **env)`` starts a served gateway with extra settings."""
+    started = []
+
+    def start(threads: int = 300, workers: int = 1, **env) -> ServedGateway:
+        served = ServedGateway({**gateway_env, **env}, tmp_path, threads, workers)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.stop()
+
+
+@pytest.fixture
+def served_gateway(gateway_server):
+    """``python -m gateway`` serving on a free port; yields its base URL."""
+    return gateway_server().base
