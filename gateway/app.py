@@ -52,6 +52,7 @@ class GatewayContext:
     status_rpc: object = None  # a small pool with a short timeout, for status()
     relay: object = None  # gateway.relay.EventRelay, started by event_relay()
     hub: object = None  # gateway.stream_hub.StreamHub, started by stream_hub()
+    watch: object = None  # gateway.service_watch.ServiceWatch, made by service_watch()
     ai: AiJobQueue = None
     sweeper: ExpirySweeper = None  # started by start_background() in a serving process
     _lock: threading.Lock = None
@@ -74,6 +75,19 @@ class GatewayContext:
 
             self.status_rpc = RpcPool(nameko_config(self.settings), size=2, timeout=STATUS_RPC_TIMEOUT)
         return self.status_rpc
+
+    def service_watch(self):
+        """Presence and cached status of the services (``/readyz``, ``/metrics``, commands)."""
+        from gateway.service_watch import ServiceWatch
+
+        def status_of(service: str) -> dict:
+            with self.status_pool().client() as rpc:
+                return getattr(rpc, service).status()
+
+        with self._lock:
+            if self.watch is None:
+                self.watch = ServiceWatch(nameko_config(self.settings)["AMQP_URI"], status_of)
+        return self.watch
 
     def line_layout(self):
         if self.layout is None:
@@ -114,6 +128,8 @@ class GatewayContext:
         for part in (self.relay, self.hub, self.sweeper):
             if part is not None:
                 part.stop()
+        if self.watch is not None:
+            self.watch.close()
         for pool in (self.rpc, self.status_rpc):
             if pool is not None:
                 pool.close()

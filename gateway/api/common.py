@@ -136,6 +136,7 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     # below), not an earlier request: it still answers ``ok_status``.
     caller_named_id = command_id is not None
     command_id = command_id or uuid.uuid4().hex
+    ctx.service_watch().require_running(LINE_CONTROLLER)  # else the call only waits out its timeout
     for attempt in (1, 2):
         try:
             with ctx.rpc_pool().client() as rpc:

@@ -1,7 +1,11 @@
 """Liveness (``/healthz``), readiness (``/readyz``: the database answers, the
-line_controller and the hardware service answer ``status()``, and the hardware
-reaches the PLC; a 503 names every part that is down) and the data behind
-Prometheus metrics (``/metrics``, see gateway.metrics)."""
+line_controller and the hardware service consume their queues and answer
+``status()``, and the hardware reaches the PLC; a 503 names every part that is
+down) and the data behind Prometheus metrics (``/metrics``, see
+gateway.metrics). Presence and status come from ``gateway.service_watch``:
+cached for a second at most and shared by concurrent callers, so probes and
+scrapes cost at most one status RPC per service per interval, and a killed
+service shows at once."""
 
 from __future__ import annotations
 
@@ -37,16 +41,8 @@ def _check_database() -> str | None:
 
 
 def service_status(service: str) -> tuple[dict | None, str | None]:
-    """A service's ``status()``, or why it could not be had."""
-    try:
-        with context().status_pool().client() as rpc:
-            return getattr(rpc, service).status(), None
-    except ApiError as exc:
-        log.info("%s status: %s", service, exc.message)
-        return None, f"{service} (not answering)"
-    except Exception as exc:  # noqa: BLE001 - named, not echoed: exception text stays in the log
-        log.info("%s status failed: %r", service, exc)
-        return None, f"{service} (not answering)"
+    """A service's ``status()`` (cached, shared), or why it could not be had."""
+    return context().service_watch().status(service)
 
 
 def line_controller_status() -> tuple[dict | None, str | None]:

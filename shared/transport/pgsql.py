@@ -330,9 +330,11 @@ class Channel(virtual.Channel):
                       auto_delete=False, arguments=None, nowait=False, **kwargs):
         queue = queue or f"amq.gen-{virtual.base.uuid()}"
         if passive:
+            # Live consumers only, as RabbitMQ counts them: a consumer whose process
+            # died (its backend is gone) no longer counts, before any sweep.
             rows = self._query(
                 "SELECT (SELECT count(*) FROM mq_message WHERE queue = q.name),"
-                " (SELECT count(*) FROM mq_consumer WHERE queue = q.name)"
+                f" (SELECT count(*) FROM ({LIVE_CONSUMER}) live)"
                 " FROM mq_queue q WHERE name = %s", (queue,))
             if not rows:
                 raise ChannelError(f"NOT_FOUND - no queue {queue!r}")
