@@ -7,15 +7,17 @@ relay and AI expiry sweeper): nothing with a socket crosses a fork. The AI
 queue scales with them, since every process serves it straight from
 PostgreSQL; each process streams every event over its own relay queue.
 
-This process does NOT monkey-patch eventlet. gthread serves each request and
-each websocket on a real OS thread; under monkey-patching those threads would
-become green threads on one OS thread, where any call eventlet does not
-cooperate with (psycopg2 without a wait callback, a blocking send to a slow
-websocket) would stall every request at once. Nothing here needs green
-threads: nameko's standalone ``ClusterRpcProxy`` (the RPC pool) and the kombu
-consumer of ``gateway.relay`` are plain blocking-socket code, correct on real
-threads. nameko (and with it eventlet) is imported here at module level, in
-the main thread before any worker thread exists, never lazily in a thread.
+This process does NOT monkey-patch eventlet. gthread serves each request on
+a real OS thread; under monkey-patching those threads would become green
+threads on one OS thread, where any call eventlet does not cooperate with
+(psycopg2 without a wait callback) would stall every request at once. Open
+websockets hold no request thread: after the handshake they belong to the
+process's StreamHub (``gateway.stream_hub``), one thread with non-blocking
+sockets. Nothing here needs green threads: nameko's standalone
+``ClusterRpcProxy`` (the RPC pool) and the kombu consumer of ``gateway.relay``
+are plain blocking-socket code, correct on real threads. nameko (and with it
+eventlet) is imported here at module level, in the main thread before any
+worker thread exists, never lazily in a thread.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--name", default="gateway", help="process name (shows in ps)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads per worker: HTTP requests plus open websockets"
+                        help="threads per worker for HTTP requests (open websockets take none)"
                              " (default LINECTL_GATEWAY_THREADS)")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default LINECTL_GATEWAY_WORKERS, 0 = one per core)")

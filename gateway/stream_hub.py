@@ -110,6 +110,7 @@ class StreamClient:
     deadline: float | None = None  # cut off at this time (closing, or a stalled reader)
     message_bytes: int = 0  # size so far of the client message being received
     pong_due: bool = False
+    watching_write: bool = False
     closed: bool = False
 
 
@@ -135,6 +136,7 @@ class StreamHub:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
         self._next_ping = time.monotonic() + limits.ping_seconds
+        self._next_timers = 0.0
 
     # -- called from other threads -------------------------------------------
 
@@ -219,7 +221,10 @@ class StreamHub:
         while self._inbox:
             item = self._inbox.popleft()
             getattr(self, "_on_" + item[0])(*item[1:])
-        self._check_timers(time.monotonic())
+        now = time.monotonic()
+        if now >= self._next_timers:  # at most once a tick, however busy the feed
+            self._next_timers = now + TICK_SECONDS
+            self._check_timers(now)
 
     def _on_adopt(self, sock, conn, after: int) -> None:
         sock.setblocking(False)
@@ -408,11 +413,15 @@ class StreamHub:
                 return
         if client.more_log and not client.closing and self._has_room(client):
             self._read_log(client)
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.out else 0)
-        try:
-            self._selector.modify(client.sock, events, client)
-        except (ValueError, KeyError, OSError):
-            self._drop(client)
+        want_write = bool(client.out)
+        if want_write != client.watching_write:  # one epoll_ctl per change, not per flush
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
+            try:
+                self._selector.modify(client.sock, events, client)
+            except (ValueError, KeyError, OSError):
+                self._drop(client)
+                return
+            client.watching_write = want_write
 
     def _has_room(self, client: StreamClient) -> bool:
         """Room for another page of the log: the queue is under half of both bounds."""

@@ -1,0 +1,381 @@
+"""The gateway under load, against ``linectl up`` (embedded PostgreSQL,
+pgsql://, the simulator at speed 20, one gateway worker so its figures are one
+process's), with the reference beside each figure:
+
+* 1,000 websockets open, each receiving every event of a running order;
+  event → frame latency at the clients (reference: the same events at a bare
+  kombu consumer of ``line_events`` in this process, the relay without the
+  gateway);
+* REST reads (``GET /api/work-orders``) and commands (``POST /api/work-orders``)
+  at a steady rate while they are open, p50/p99 (reference: the same with no
+  websocket open);
+* the gateway worker's memory per open socket;
+* a client flooding 64 MiB of messages and a stalled reader: memory before,
+  during and after;
+* a handshake over the cap; ``/readyz`` and a command after ``kill -9`` of the
+  line_controller.
+
+    python tests/bench/bench_gateway_load.py [--clients 1000] [--seconds 20]
+
+The websocket clients are raw sockets on one selector thread in this process
+(a thread per client here would measure this process, not the gateway). They
+share the machine's two cores with the whole stack: figures are indicative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.ops.stack import Stack  # noqa: E402
+
+
+def pct(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def handshake(port: int, token: str, after: int | None = None, rcvbuf: int | None = None):
+    """A websocket handshake on a raw socket; the socket, or the HTTP status it was refused with."""
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    query = "" if after is None else f"?after={after}"
+    sock.sendall((f"GET /ws{query} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Authorization: Bearer {token}\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed during the handshake")
+        head += chunk
+    status = int(head.split(b" ", 2)[1])
+    if status != 101:
+        sock.close()
+        return status
+    sock.rest = head.split(b"\r\n\r\n", 1)[1]  # type: ignore[attr-defined]
+    return sock
+
+
+def masked(opcode: int, payload: bytes) -> bytes:
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes((0x80 | opcode,)) + (bytes((0x80 | n,)) if n < 126 else
+                                       bytes((0x80 | 126,)) + struct.pack("!H", n) if n < 65536 else
+                                       bytes((0x80 | 127,)) + struct.pack("!Q", n))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+class Readers:
+    """Many websocket clients on one selector thread: parses server frames,
+    records each event frame's arrival time and answers pings."""
+
+    def __init__(self):
+        self.sel = selectors.DefaultSelector()
+        self.arrivals: dict[int, list[float]] = {}
+        self.clients = 0
+        self.closed = 0
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def add(self, sock) -> None:
+        """Before start(): the selector is the reading thread's alone after that."""
+        sock.setblocking(False)
+        self.sel.register(sock, selectors.EVENT_READ, bytearray(sock.rest))
+        self.clients += 1
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop:
+            for key, _ in self.sel.select(0.05):
+                try:
+                    data = key.fileobj.recv(262144)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                now = time.time()
+                if not data:
+                    self.sel.unregister(key.fileobj)
+                    self.closed += 1
+                    continue
+                buf = key.data
+                buf += data
+                self._frames(key.fileobj, buf, now)
+
+    def _frames(self, sock, buf: bytearray, now: float):
+        while len(buf) >= 2:
+            opcode, n, i = buf[0] & 0x0F, buf[1] & 0x7F, 2
+            if n == 126:
+                if len(buf) < 4:
+                    return
+                n, i = struct.unpack("!H", buf[2:4])[0], 4
+            elif n == 127:
+                if len(buf) < 10:
+                    return
+                n, i = struct.unpack("!Q", buf[2:10])[0], 10
+            if len(buf) < i + n:
+                return
+            payload = bytes(buf[i:i + n])
+            del buf[:i + n]
+            if opcode == 0x1:
+                frame = json.loads(payload)
+                if "seq" in frame:
+                    self.arrivals.setdefault(frame["seq"], []).append(now)
+            elif opcode == 0x9:
+                try:
+                    sock.send(masked(0xA, payload))
+                except OSError:
+                    pass
+
+    def stop(self):
+        self._stop = True
+        self.thread.join(5)
+
+
+class Relay:
+    """The reference: a bare kombu consumer of line_events (what the gateway's relay is)."""
+
+    def __init__(self, amqp_uri: str):
+        from gateway.relay import EventRelay
+
+        self.arrivals: dict[int, float] = {}
+        self.relay = EventRelay(amqp_uri)
+        self.relay.add_listener(self)
+        self.relay.start()
+
+    def on_frames(self, frames):
+        now = time.time()
+        for f in frames:
+            self.arrivals[f["seq"]] = now
+
+    def on_resync(self):
+        pass
+
+
+def event_times(base: str, token: str, after: int) -> dict[int, float]:
+    """Each logged event's ``at`` (the loop's commit time), from ``/api/events``."""
+    out, cursor = {}, after
+    while True:
+        r = requests.get(f"{base}/api/events?after={cursor}&limit=500",
+                         headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+        for item in r["items"]:
+            out[item["seq"]] = datetime.fromisoformat(item["at"].replace("Z", "+00:00")).timestamp()
+        if len(r["items"]) < 500:
+            return out
+        cursor = r["items"][-1]["seq"]
+
+
+def steady_rest(base: str, token: str, seconds: float, reads_per_s: float, commands_per_s: float):
+    """Reads and commands at a steady rate from a few threads; latencies in seconds."""
+    auth = {"Authorization": f"Bearer {token}"}
+    reads, commands, errors = [], [], []
+    stop = time.monotonic() + seconds
+
+    def pace(rate, call, into):
+        session = requests.Session()
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        while next_at < stop:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            t0 = time.perf_counter()
+            try:
+                r = call(session)
+                (into if r.status_code < 500 else errors).append(time.perf_counter() - t0)
+            except requests.RequestException:
+                errors.append(time.perf_counter() - t0)
+            next_at += interval
+
+    def read(s):
+        return s.get(base + "/api/work-orders?limit=50", headers=auth, timeout=10)
+
+    def command(s):
+        return s.post(base + "/api/work-orders", json={"productId": "BRACKET-A", "quantity": 1},
+                      headers=auth, timeout=10)
+
+    threads = [threading.Thread(target=pace, args=(reads_per_s / 4, read, reads)) for _ in range(4)]
+    threads.append(threading.Thread(target=pace, args=(commands_per_s, command, commands)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return reads, commands, errors
+
+
+def row(name, value, ref=None, unit="", target=""):
+    ratio = f"{value / ref:7.2f}x" if ref else "       -"
+    ref_s = f"{ref:10.1f}" if ref is not None else "         -"
+    print(f"{name:<52} {value:10.1f} {ref_s} {ratio}  {unit:<6} {target}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--reads-per-second", type=float, default=20.0)
+    parser.add_argument("--commands-per-second", type=float, default=2.0)
+    args = parser.parse_args()
+
+    tmp = tempfile.TemporaryDirectory()
+    stack = Stack(Path(tmp.name) / "data", {}, sim_speed=20.0, extra_env={
+        "LINECTL_GATEWAY_WORKERS": "1", "LINECTL_WS_MAX_CLIENTS": str(args.clients + 10),
+        "LINECTL_LOG_LEVEL": "WARNING"})
+    try:
+        stack.up()
+        stack.wait_line("linectl: ready", timeout=180)
+        token = stack.token("operator")
+        auth = {"Authorization": f"Bearer {token}"}
+        gateway = stack.process("gateway")
+        worker = int(Path(f"/proc/{gateway}/task/{gateway}/children").read_text().split()[0])
+        amqp_uri = "pgsql://" + stack.output().split("database: postgresql://", 1)[1].split()[0]
+        amqp_uri = amqp_uri.replace("***", (stack.data_dir / "pg.password").read_text().strip())
+        print(f"stack up; gateway worker pid {worker}; {args.clients} websocket clients\n")
+        print(f"{'measure':<52} {'linectl':>10} {'reference':>10} {'ratio':>8}  unit   target")
+
+        # -- the reference: REST with no websocket open ------------------------------------
+        ref_reads, ref_cmds, _ = steady_rest(stack.base, token, args.seconds / 2,
+                                             args.reads_per_second, args.commands_per_second)
+        rss_idle = rss_mib(worker)
+
+        # -- 1,000 websockets, a running order ------------------------------------------------
+        readers = Readers()
+        t0 = time.monotonic()
+        for _ in range(args.clients):
+            sock = handshake(stack.http_port, token)
+            if isinstance(sock, int):
+                raise SystemExit(f"handshake refused with {sock}")
+            readers.add(sock)
+        opened = time.monotonic() - t0
+        readers.start()
+        relay = Relay(amqp_uri)
+        first = requests.get(stack.base + "/api/events?limit=1", headers=auth, timeout=10)
+        requests.post(stack.base + "/api/work-orders", json={"productId": "SHAFT-B", "quantity": 20},
+                      headers=auth, timeout=10)
+        time.sleep(1.0)
+        rss_open = rss_mib(worker)
+        reads, cmds, errors = steady_rest(stack.base, token, args.seconds, args.reads_per_second,
+                                          args.commands_per_second)
+        time.sleep(2.0)  # the last frames on their way
+        after = min(readers.arrivals) - 1 if readers.arrivals else 0
+        at = event_times(stack.base, token, after)
+        frame_lat = [t - at[seq] for seq, ts in readers.arrivals.items() if seq in at for t in ts]
+        relay_lat = [t - at[seq] for seq, t in relay.arrivals.items() if seq in at]
+        complete = sum(1 for seq in relay.arrivals if len(readers.arrivals.get(seq, ())) == args.clients)
+        del first
+
+        row("REST read p50 (ms), sockets open vs none", pct(reads, 50) * 1e3, pct(ref_reads, 50) * 1e3, "ms")
+        row("REST read p99 (ms), sockets open vs none", pct(reads, 99) * 1e3, pct(ref_reads, 99) * 1e3, "ms",
+            "< 200 ms")
+        row("command p50 (ms), sockets open vs none", pct(cmds, 50) * 1e3, pct(ref_cmds, 50) * 1e3, "ms")
+        row("command p99 (ms), sockets open vs none", pct(cmds, 99) * 1e3, pct(ref_cmds, 99) * 1e3, "ms",
+            "< 200 ms")
+        row("REST answers >= 500 or failed while open", len(errors), None, "")
+        row("event -> frame p50 (ms) vs bare relay", pct(frame_lat, 50) * 1e3, pct(relay_lat, 50) * 1e3, "ms")
+        row("event -> frame p99 (ms) vs bare relay", pct(frame_lat, 99) * 1e3, pct(relay_lat, 99) * 1e3, "ms",
+            "< 100 ms")
+        row("events seen by every client / by the relay", complete, len(relay.arrivals), "")
+        row(f"{args.clients} handshakes (s)", opened, None, "s")
+        row("worker memory per open socket (KiB)", (rss_open - rss_idle) * 1024 / args.clients, None, "KiB")
+        print(f"  (worker RSS {rss_idle:.1f} MiB idle, {rss_open:.1f} MiB with {args.clients} open)")
+
+        # -- a handshake over the cap ----------------------------------------------------------
+        extra = [handshake(stack.http_port, token) for _ in range(10)]
+        t0 = time.monotonic()
+        refused = handshake(stack.http_port, token)
+        row("handshake over the cap: status, in ms", (time.monotonic() - t0) * 1e3, None, "ms",
+            f"HTTP {refused} (503 at once)")
+        for s in extra:
+            if not isinstance(s, int):
+                s.close()
+
+        # -- a flooding client ------------------------------------------------------------------
+        flood = handshake(stack.http_port, token)
+        before = rss_mib(worker)
+        peak = before
+        chunk = masked(0x1, b"f" * 4000)
+        sent = 0
+        while sent < 64 * 1024 * 1024:
+            flood.sendall(chunk * 64)
+            sent += 4000 * 64
+            peak = max(peak, rss_mib(worker))
+        flood.sendall(masked(0x9, b"end"))
+        flood.settimeout(30)
+        while b"end" not in flood.recv(65536):
+            pass
+        during = max(peak, rss_mib(worker))
+        flood.close()
+        time.sleep(1.0)
+        row("64 MiB flood: worker growth during (MiB)", during - before, 64, "MiB", "< 16 MiB")
+        row("64 MiB flood: worker growth after close (MiB)", rss_mib(worker) - before, 64, "MiB", "freed")
+
+        # -- a stalled reader ---------------------------------------------------------------------
+        stalled = handshake(stack.http_port, token, after=0, rcvbuf=4096)  # the whole log, never read
+        before = rss_mib(worker)
+        t0 = time.monotonic()
+        streams = lambda: float(next(line.split()[1] for line in requests.get(  # noqa: E731
+            stack.base + "/metrics", timeout=10).text.splitlines()
+            if line.startswith("linectl_websocket_clients ")))
+        count_with = streams()
+        peak = before
+        while streams() >= count_with and time.monotonic() - t0 < 60:
+            peak = max(peak, rss_mib(worker))
+            time.sleep(0.2)
+        cut = time.monotonic() - t0
+        row("stalled reader: cut off after (s)", cut, None, "s", "send timeout 10 s + close 10 s")
+        row("stalled reader: worker growth during / after (MiB)", peak - before, None, "MiB",
+            f"after: {rss_mib(worker) - before:.1f} MiB")
+        stalled.close()
+        readers.stop()
+
+        # -- readiness and commands after kill -9 of the line_controller -------------------------
+        controller = stack.process("line_controller")
+        os.kill(controller, signal.SIGKILL)
+        t0 = time.monotonic()
+        while requests.get(stack.base + "/readyz", timeout=10).status_code != 503:
+            pass
+        row("/readyz 503 after kill -9 of line_controller (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
+            "< 1000 ms")
+        t0 = time.monotonic()
+        r = requests.post(stack.base + "/api/work-orders", json={"productId": "BRACKET-A", "quantity": 1},
+                          headers=auth, timeout=30)
+        row("command while it is gone (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
+            f"HTTP {r.status_code} (503 within ~1 s)")
+    finally:
+        stack.cleanup()
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
