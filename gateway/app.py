@@ -113,7 +113,8 @@ class GatewayContext:
                 limits = HubLimits(max_clients=s.ws_max_clients, max_message_bytes=s.ws_max_message_bytes,
                                    send_timeout=s.ws_send_timeout_seconds)
                 self.hub = StreamHub(lambda after, limit: read_log(self.db, after, limit), limits,
-                                     on_count=self.metrics.ws_clients.set).start()
+                                     on_count=self.metrics.ws_clients.set,
+                                     on_fanout=self.metrics.ws_fanout.observe).start()
                 self._relay().add_listener(self.hub)
         return self.hub
 

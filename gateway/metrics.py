@@ -26,6 +26,7 @@ class GatewayMetrics:
     requests: Counter
     latency: Histogram
     ws_clients: Gauge
+    ws_fanout: Histogram
     loop_lag: Gauge
     loop_queue: Gauge
     loop_up: Gauge
@@ -107,6 +108,9 @@ def create() -> GatewayMetrics:
                           ["method", "endpoint"], registry=reg,
                           buckets=(.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)),
         ws_clients=Gauge("linectl_websocket_clients", "connected websocket clients", registry=reg),
+        ws_fanout=Histogram("linectl_websocket_fanout_seconds",
+                            "from the relay's event to its frame handed to every open socket",
+                            registry=reg, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1)),
         loop_lag=Gauge("linectl_loop_lag_seconds", "event-loop lag reported by the line_controller",
                        registry=reg),
         loop_queue=Gauge("linectl_loop_queue_length", "messages waiting in the loop", registry=reg),

@@ -36,6 +36,7 @@ import json
 import logging
 import selectors
 import socket
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,7 @@ CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN_LATER = 1013
 RECV_BYTES = 65536
+KERNEL_SEND_BUFFER = 256 * 1024
 TICK_SECONDS = 0.5
 
 
@@ -118,10 +120,11 @@ class StreamHub:
     """Serves every websocket of one gateway process from one thread."""
 
     def __init__(self, read_log, limits: HubLimits = HubLimits(), *, on_count=None,
-                 log_threads: int = 4):
+                 on_fanout=None, log_threads: int = 4):
         self.read_log = read_log  # (after, limit) -> [frame dict], ordered by seq
         self.limits = limits
-        self.on_count = on_count or (lambda n: None)
+        self.on_count = on_count or (lambda n: None)  # open streams, after each change
+        self.on_fanout = on_fanout or (lambda s: None)  # seconds from the relay to every socket
         self.overflows = 0
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -166,7 +169,7 @@ class StreamHub:
 
     def on_frames(self, frames: list[dict]) -> None:
         """The relay's live events (one transaction's frames, in seq order)."""
-        self._post(("frames", frames))
+        self._post(("frames", frames, time.monotonic()))
 
     def on_resync(self) -> None:
         """The relay reconnected: events may have been missed; every client re-reads the log."""
@@ -230,6 +233,9 @@ class StreamHub:
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A fixed kernel send buffer: autotuning would let each stalled reader
+            # park up to 4 MiB in the kernel before its queue here even starts.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SEND_BUFFER)
         except OSError:
             pass
         client = StreamClient(sock=sock, conn=conn, last=after, sent_seq=after,
@@ -244,12 +250,13 @@ class StreamHub:
         self.on_count(len(self._clients))
         self._read_log(client)
 
-    def _on_frames(self, frames: list[dict]) -> None:
+    def _on_frames(self, frames: list[dict], posted: float) -> None:
         encoded = [(f["seq"], encode(f)) for f in frames]
         for client in list(self._clients):
             for seq, data in encoded:
                 self._offer(client, seq, data)
             self._flush(client)
+        self.on_fanout(time.monotonic() - posted)
 
     def _on_resync(self) -> None:
         for client in list(self._clients):
@@ -478,7 +485,7 @@ class StreamHub:
             self._next_ping = now + self.limits.ping_seconds
         for client in list(self._clients):
             if client.deadline is not None and now >= client.deadline:
-                self._drop(client)  # a close that was never read: cut off
+                self._drop(client, abort=True)  # a close that was never read: cut off
             elif client.out and not client.closing and now - client.progress_at >= self.limits.send_timeout:
                 self._overflow(client)  # a stalled reader
                 self._flush(client)
@@ -490,10 +497,18 @@ class StreamHub:
                     self._queue_control(client, Ping())
                 self._flush(client)
 
-    def _drop(self, client: StreamClient) -> None:
+    def _drop(self, client: StreamClient, abort: bool = False) -> None:
+        """Forget a client. ``abort``: reset the connection, so the kernel frees what
+        it still holds for a reader that takes nothing (a plain close would keep
+        the unsent bytes, retrying into a zero window, for minutes)."""
         if client.closed:
             return
         client.closed = True
+        if abort:
+            try:
+                client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
         client.out.clear()
         client.pending = []
         try:
