@@ -276,7 +276,7 @@ class StreamHub:
             self._flush(client)
             return
         if frames and (gap := gap_before(frames[0]["seq"], after)):
-            self._enqueue(client, None, encode({"type": "gap", **gap}))
+            self._enqueue(client, None, encode({"type": "gap", **gap}), bounded=False)
         for frame in frames:
             if frame["seq"] > client.last:
                 # Not bounded like live frames: a page is read only when the queue has room.
@@ -341,9 +341,11 @@ class StreamHub:
         if seq is not None:
             client.last = seq
             client.out_frames += 1
-            if bounded and (client.out_frames > self.limits.queue_frames
-                            or client.out_bytes > self.limits.buffer_bytes):
-                self._overflow(client)
+        # Control frames count too: a client flooding pings while reading nothing
+        # must not grow its queue of pongs without bound.
+        if bounded and (client.out_frames > self.limits.queue_frames
+                        or client.out_bytes > self.limits.buffer_bytes):
+            self._overflow(client)
 
     def _overflow(self, client: StreamClient) -> None:
         """Too far behind: drop what is not on the wire, tell it where to resume, close."""

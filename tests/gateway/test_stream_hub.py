@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+from wsproto.events import AcceptConnection, CloseConnection, Ping, Request, TextMessage
 
 from gateway.stream_hub import HubLimits, StreamHub
 
@@ -149,3 +149,18 @@ def test_an_overflow_says_where_to_resume_and_everything_before_it_arrived(hub, 
     assert got[-1]["type"] == "overflow" and client.closed_with == 1013
     resume = got[-1]["resumeAfter"]
     assert [f["seq"] for f in got[:-1]] == list(range(2, resume + 1))
+
+
+def test_a_client_flooding_pings_while_reading_nothing_is_bounded(log):
+    # The send timeout is long: only the queue's byte bound can stop the pongs piling up.
+    hub = StreamHub(log.read, HubLimits(buffer_bytes=64 * 1024, send_timeout=60,
+                                        ping_seconds=3600)).start()
+    try:
+        client = Client(hub, after=0)
+        ping = client.ws.send(Ping(b"p" * 100))
+        for _ in range(20_000):  # ~2 MB of pongs owed: more than the socket buffers and the bound
+            client.sock.sendall(ping)
+        got = client.frames(until_close=True)
+        assert got and got[-1]["type"] == "overflow" and client.closed_with == 1013
+    finally:
+        hub.stop()
