@@ -15,9 +15,11 @@ streams with one selector:
   and a close (1013), and is cut off after one more ``send_timeout`` if it
   still reads nothing. Its queue goes with it.
 * Client data is read and dropped; a message over ``max_message_bytes`` closes
-  the socket with 1009. permessage-deflate is never negotiated (``gateway.ws``
-  strips the offer), so nothing is inflated. Pings are answered; the hub pings
-  every ``ping_seconds`` and closes a client that did not answer the last one.
+  the socket with 1009, and a client sending more than 16 such messages a
+  second (a burst of 256) with 1008. permessage-deflate is never negotiated
+  (``gateway.ws`` strips the offer), so nothing is inflated. Pings are
+  answered, one pong for however many pings wait; the hub pings every
+  ``ping_seconds`` and closes a client that did not answer the last one.
 * Reading the event log (the backlog, a gap in the live feed, a resync after
   the relay reconnected) runs on a small thread pool and comes back to the
   hub as a message, so the selector never waits on the database.
@@ -54,6 +56,9 @@ CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN_LATER = 1013
 RECV_BYTES = 65536
 KERNEL_SEND_BUFFER = 256 * 1024
+INBOUND_MESSAGES_PER_SECOND = 16  # x max_message_bytes: 64 KiB/s at the default
+INBOUND_BURST_MESSAGES = 256  # x max_message_bytes: 1 MiB at the default
+CLOSE_POLICY_VIOLATION = 1008
 TICK_SECONDS = 0.5
 
 
@@ -111,6 +116,9 @@ class StreamClient:
     wrote_eof: bool = False
     deadline: float | None = None  # cut off at this time (closing, or a stalled reader)
     message_bytes: int = 0  # size so far of the client message being received
+    inbound_budget: float = 0.0  # bytes the client may still send now (refilled over time)
+    inbound_at: float = 0.0
+    pong: list | None = None  # the queued, unsent pong: one answers the latest ping
     pong_due: bool = False
     watching_write: bool = False
     closed: bool = False
@@ -140,6 +148,10 @@ class StreamHub:
         self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
         self._next_ping = time.monotonic() + limits.ping_seconds
         self._next_timers = 0.0
+        # What a client may send: the stream reads nothing but pings and a close,
+        # so a client sending more than this is abusing it (and the hub's CPU).
+        self._inbound_rate = limits.max_message_bytes * INBOUND_MESSAGES_PER_SECOND
+        self._inbound_burst = limits.max_message_bytes * INBOUND_BURST_MESSAGES
 
     # -- called from other threads -------------------------------------------
 
@@ -238,8 +250,9 @@ class StreamHub:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SEND_BUFFER)
         except OSError:
             pass
-        client = StreamClient(sock=sock, conn=conn, last=after, sent_seq=after,
-                              progress_at=time.monotonic())
+        now = time.monotonic()
+        client = StreamClient(sock=sock, conn=conn, last=after, sent_seq=after, progress_at=now,
+                              inbound_budget=self._inbound_burst, inbound_at=now)
         try:
             self._selector.register(sock, selectors.EVENT_READ, client)
         except (ValueError, OSError):
@@ -360,6 +373,8 @@ class StreamHub:
             if head[0] is not None:
                 resume = head[0]
         client.out = kept
+        if client.pong is not None and not any(e is client.pong for e in kept):
+            client.pong = None
         client.out_bytes = sum(len(d) for _, d in kept) - client.head_sent
         client.out_frames = len(kept)
         client.pending.clear()
@@ -389,6 +404,27 @@ class StreamHub:
             return
         self._enqueue(client, None, data)
 
+    def _queue_pong(self, client: StreamClient, ping: Ping) -> None:
+        """Answer a ping; a pong still waiting is answered by this one instead
+        (RFC 6455 5.5.3: the latest ping is the one to answer), so pings sent
+        faster than the client reads queue one pong, not one each."""
+        if client.closing:
+            return
+        try:
+            data = client.conn.send(ping.response())
+        except LocalProtocolError:
+            return
+        entry = client.pong
+        if entry is not None and not (client.head_sent and client.out and client.out[0] is entry):
+            client.out_bytes += len(data) - len(entry[1])
+            entry[1] = data
+            return
+        client.pong = [None, data]
+        if not client.out:
+            client.progress_at = time.monotonic()
+        client.out.append(client.pong)
+        client.out_bytes += len(data)
+
     def _flush(self, client: StreamClient) -> None:
         """Write what the socket takes now; watch for writability if more is left."""
         if client.closed:
@@ -410,6 +446,8 @@ class StreamHub:
                 break
             client.out.popleft()
             client.head_sent = 0
+            if head is client.pong:
+                client.pong = None
             if head[0] is not None:
                 client.sent_seq = head[0]
                 client.out_frames -= 1
@@ -448,15 +486,24 @@ class StreamHub:
         if not data:
             self._drop(client)
             return
-        if client.wrote_eof:
-            return  # closing: the client's last words are dropped
+        if client.closing:
+            return  # its last words are dropped unparsed: nothing buffers them
+        now = time.monotonic()
+        client.inbound_budget = min(self._inbound_burst, client.inbound_budget
+                                    + (now - client.inbound_at) * self._inbound_rate)
+        client.inbound_at = now
+        client.inbound_budget -= len(data)
+        if client.inbound_budget < 0:
+            self._queue_close(client, CLOSE_POLICY_VIOLATION, "too much client data")
+            self._flush(client)
+            return
         try:
             client.conn.receive_data(data)
         except LocalProtocolError:
             return  # the connection is closed on the protocol level; the socket follows
         for event in client.conn.events():
             if isinstance(event, Ping):
-                self._queue_control(client, event.response())
+                self._queue_pong(client, event)
             elif isinstance(event, Pong):
                 client.pong_due = False
             elif isinstance(event, CloseConnection):

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, CloseConnection, Ping, Request, TextMessage
+from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage
 
 from gateway.stream_hub import HubLimits, StreamHub
 
@@ -151,16 +151,60 @@ def test_an_overflow_says_where_to_resume_and_everything_before_it_arrived(hub, 
     assert [f["seq"] for f in got[:-1]] == list(range(2, resume + 1))
 
 
-def test_a_client_flooding_pings_while_reading_nothing_is_bounded(log):
-    # The send timeout is long: only the queue's byte bound can stop the pongs piling up.
-    hub = StreamHub(log.read, HubLimits(buffer_bytes=64 * 1024, send_timeout=60,
-                                        ping_seconds=3600)).start()
+def test_a_client_flooding_pings_is_closed_before_it_costs_anything(log):
+    # The send timeout is long: only the inbound budget can stop it.
+    hub = StreamHub(log.read, HubLimits(send_timeout=60, ping_seconds=3600)).start()
     try:
         client = Client(hub, after=0)
         ping = client.ws.send(Ping(b"p" * 100))
-        for _ in range(20_000):  # ~2 MB of pongs owed: more than the socket buffers and the bound
+        for _ in range(20_000):  # ~2 MB of pings: twice the burst a client may send
             client.sock.sendall(ping)
-        got = client.frames(until_close=True)
-        assert got and got[-1]["type"] == "overflow" and client.closed_with == 1013
+        client.frames(until_close=True)
+        assert client.closed_with == 1008
+    finally:
+        hub.stop()
+
+
+def test_pings_faster_than_the_client_reads_queue_one_pong(hub, log):
+    client = Client(hub, after=0)
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    publish(hub, log.append(1))
+    assert [f["seq"] for f in client.frames(until_seq=1)] == [1]
+    big = log.append(1)
+    big[0]["payload"] = {"blob": "x" * 1_000_000}  # more than the socket buffers: the queue waits
+    publish(hub, big)
+    for i in range(1000):
+        client.sock.sendall(client.ws.send(Ping(str(i).encode())))
+    pongs, text = [], ""
+    while not pongs or pongs[-1] != b"999":
+        client.ws.receive_data(client.sock.recv(65536))
+        for event in client.ws.events():
+            if isinstance(event, Pong):
+                pongs.append(event.payload)
+            elif isinstance(event, TextMessage):
+                text += event.data
+    assert json.loads(text)["seq"] == 2
+    assert len(pongs) < 10 and pongs[-1] == b"999"  # the latest ping answered, not a thousand
+
+
+def rss_kib() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_junk_after_a_close_is_dropped_unparsed(log):
+    hub = StreamHub(log.read, HubLimits(send_timeout=60, ping_seconds=3600)).start()
+    try:
+        client = Client(hub, after=0)
+        client.sock.sendall(client.ws.send(TextMessage("x" * 10_000)))  # too big: closed with 1009
+        before = rss_kib()
+        junk = bytes(range(256)) * 4096  # 1 MiB that is no websocket frame at all
+        for _ in range(64):
+            client.sock.sendall(junk)
+        assert rss_kib() - before < 16 * 1024
+        client.frames(until_close=True)
+        assert client.closed_with == 1009
     finally:
         hub.stop()
