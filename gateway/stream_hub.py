@@ -56,10 +56,14 @@ CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN_LATER = 1013
 RECV_BYTES = 65536
 KERNEL_SEND_BUFFER = 256 * 1024
+FLUSH_BYTES = 256 * 1024  # per writev
+FLUSH_FRAMES = 256
+ENCODED_CACHE = 20_000  # recent frames' wire bytes, shared by every client that reads them
 INBOUND_MESSAGES_PER_SECOND = 16  # x max_message_bytes: 64 KiB/s at the default
 INBOUND_BURST_MESSAGES = 256  # x max_message_bytes: 1 MiB at the default
 CLOSE_POLICY_VIOLATION = 1008
 TICK_SECONDS = 0.5
+CLOSE_LINGER = 1.0  # after our close frame and FIN, the client's EOF is awaited this long
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -148,6 +152,7 @@ class StreamHub:
         self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
         self._next_ping = time.monotonic() + limits.ping_seconds
         self._next_timers = 0.0
+        self._encoded: dict[int, bytes] = {}  # seq -> wire bytes; written by the hub thread only
         # What a client may send: the stream reads nothing but pings and a close,
         # so a client sending more than this is abusing it (and the hub's CPU).
         self._inbound_rate = limits.max_message_bytes * INBOUND_MESSAGES_PER_SECOND
@@ -263,8 +268,22 @@ class StreamHub:
         self.on_count(len(self._clients))
         self._read_log(client)
 
+    def _remember(self, seq: int, data: bytes) -> None:
+        if seq not in self._encoded:
+            self._encoded[seq] = data
+            if len(self._encoded) > ENCODED_CACHE:
+                del self._encoded[next(iter(self._encoded))]  # the oldest
+
+    def _read_encoded(self, after: int) -> list[tuple[int, bytes]]:
+        """On a pool thread: a page of the log as wire bytes (encoded here, off the
+        hub thread, unless a client before already had them encoded)."""
+        cached = self._encoded.get
+        return [(f["seq"], cached(f["seq"]) or encode(f)) for f in self.read_log(after, BACKLOG_PAGE)]
+
     def _on_frames(self, frames: list[dict], posted: float) -> None:
         encoded = [(f["seq"], encode(f)) for f in frames]
+        for seq, data in encoded:
+            self._remember(seq, data)
         for client in list(self._clients):
             for seq, data in encoded:
                 self._offer(client, seq, data)
@@ -288,12 +307,13 @@ class StreamHub:
             self._queue_close(client, CLOSE_TRY_AGAIN_LATER, "event log unavailable; resume with ?after=")
             self._flush(client)
             return
-        if frames and (gap := gap_before(frames[0]["seq"], after)):
+        if frames and (gap := gap_before(frames[0][0], after)):
             self._enqueue(client, None, encode({"type": "gap", **gap}), bounded=False)
-        for frame in frames:
-            if frame["seq"] > client.last:
+        for seq, data in frames:
+            self._remember(seq, data)
+            if seq > client.last:
                 # Not bounded like live frames: a page is read only when the queue has room.
-                self._enqueue(client, frame["seq"], encode(frame), bounded=False)
+                self._enqueue(client, seq, data, bounded=False)
         if client.closing:
             return
         if len(frames) == BACKLOG_PAGE:
@@ -326,7 +346,7 @@ class StreamHub:
         client.more_log = False
         client.pending_lost = False
         after = client.last
-        future = self._log_pool.submit(self.read_log, after, BACKLOG_PAGE)
+        future = self._log_pool.submit(self._read_encoded, after)
         future.add_done_callback(lambda f: self._post(("log_read", client, after, f)))
 
     def _offer(self, client: StreamClient, seq: int, data: bytes) -> None:
@@ -430,10 +450,16 @@ class StreamHub:
         if client.closed:
             return
         while client.out:
-            head = client.out[0]
-            view = memoryview(head[1])[client.head_sent:]
+            # Many queued frames in one writev: a backlog page is a few syscalls, not 500.
+            bufs, total = [], 0
+            for entry in client.out:
+                view = memoryview(entry[1])[client.head_sent:] if not bufs else entry[1]
+                bufs.append(view)
+                total += len(view)
+                if total >= FLUSH_BYTES or len(bufs) >= FLUSH_FRAMES:
+                    break
             try:
-                n = client.sock.send(view)
+                n = client.sock.sendmsg(bufs)
             except BlockingIOError:
                 break
             except OSError:
@@ -441,16 +467,9 @@ class StreamHub:
                 return
             client.progress_at = time.monotonic()
             client.out_bytes -= n
-            client.head_sent += n
-            if client.head_sent < len(head[1]):
-                break
-            client.out.popleft()
-            client.head_sent = 0
-            if head is client.pong:
-                client.pong = None
-            if head[0] is not None:
-                client.sent_seq = head[0]
-                client.out_frames -= 1
+            self._consume(client, n)
+            if n < total:
+                break  # the socket is full; EVENT_WRITE brings us back
         if client.closing and not client.out and not client.wrote_eof:
             client.wrote_eof = True
             try:
@@ -458,6 +477,8 @@ class StreamHub:
             except OSError:
                 self._drop(client)
                 return
+            # Everything is on the wire: a client that does not hang up soon is not going to.
+            client.deadline = min(client.deadline or float("inf"), time.monotonic() + CLOSE_LINGER)
         if client.more_log and not client.closing and self._has_room(client):
             self._read_log(client)
         want_write = bool(client.out)
@@ -469,6 +490,23 @@ class StreamHub:
                 self._drop(client)
                 return
             client.watching_write = want_write
+
+    def _consume(self, client: StreamClient, n: int) -> None:
+        """``n`` bytes from the head of the queue are on the wire."""
+        while n:
+            head = client.out[0]
+            left = len(head[1]) - client.head_sent
+            if n < left:
+                client.head_sent += n
+                return
+            n -= left
+            client.out.popleft()
+            client.head_sent = 0
+            if head is client.pong:
+                client.pong = None
+            if head[0] is not None:
+                client.sent_seq = head[0]
+                client.out_frames -= 1
 
     def _has_room(self, client: StreamClient) -> bool:
         """Room for another page of the log: the queue is under half of both bounds."""
