@@ -63,25 +63,32 @@ class GatewayServer(BaseApplication):
             app.extensions["linectl"].close()
 
 
-FDS_BESIDE_STREAMS = 256  # pools, the relay, listening and request sockets, log files
+# HTTP connections per worker that are not (yet) websockets: gunicorn stops
+# accepting beyond it, so a flood of idle connections cannot take the fds the
+# streams need (an accept() failing with EMFILE ends the worker, and every
+# stream with it).
+HTTP_CONNECTIONS = 1000
+FDS_BESIDE = 256  # pools, the relay, the listening socket, log files
 
 
-def _open_file_room(streams: int) -> int:
-    """Raise the soft open-file limit toward the hard one so every stream gets its
-    socket; when even that is too low, serve fewer streams (and say so) rather
-    than fail accept() for everything else."""
+def _open_file_room(streams: int) -> tuple[int, int]:
+    """(streams, HTTP connections) that fit the open-file limit, raised toward the
+    hard limit first. When even that is too low, both shrink (and say so), a
+    third of the room for HTTP, rather than fail accept() later."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = streams + FDS_BESIDE_STREAMS
+    wanted = streams + HTTP_CONNECTIONS + FDS_BESIDE
     if soft != resource.RLIM_INFINITY and soft < wanted:
         soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        fewer = max(soft - FDS_BESIDE_STREAMS, 0)
-        logging.getLogger("gateway").warning(
-            "open-file limit %d: serving at most %d websocket streams per process, not %d",
-            soft, fewer, streams)
-        return fewer
-    return streams
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return streams, HTTP_CONNECTIONS
+    room = max(soft - FDS_BESIDE, 0)
+    http = min(HTTP_CONNECTIONS, room // 3)
+    fewer = min(streams, room - http)
+    logging.getLogger("gateway").warning(
+        "open-file limit %d: at most %d websocket streams and %d HTTP connections per process",
+        soft, fewer, http)
+    return fewer, http
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,12 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.workers is not None:
         settings = settings.replace(gateway_workers=args.workers)
-    settings = settings.replace(ws_max_clients=_open_file_room(settings.ws_max_clients))
+    streams, http_connections = _open_file_room(settings.ws_max_clients)
+    settings = settings.replace(ws_max_clients=streams)
     options = {
         "bind": f"{settings.http_host}:{settings.http_port}",
         "workers": settings.gateway_worker_count,
         "worker_class": "gthread",
         "threads": args.threads or settings.gateway_threads,
+        "worker_connections": http_connections,
         "proc_name": args.name,
         "control_socket_disable": True,
         "graceful_timeout": 5,

@@ -23,6 +23,9 @@ before it is inflated.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import os
 import socket
 
 from flask import Blueprint, g, request
@@ -49,8 +52,9 @@ def _context():
 def _check_request():
     # Runs before the upgrade, so a refusal is a plain HTTP error with the envelope.
     authenticate("operator")
+    _check_upgrade(request.headers)
     raw = request.args.get("after")
-    if raw is not None and (not raw.isdigit() or int(raw) > MAX_ID):
+    if raw is not None and (not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ID):
         raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
     ctx = _context()
     ctx.event_relay()  # 503 while the live feed is not connected
@@ -59,15 +63,35 @@ def _check_request():
         raise ApiError(503, "UNAVAILABLE", f"this gateway process serves {hub.limits.max_clients}"
                        " streams already; try again later or another gateway")
     g.ws_slot = hub
+    # "From now" is fixed before the handshake, so nothing after it is missed.
+    with ctx.db() as session:
+        newest = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
     if raw is None:
-        # "From now": fixed before the handshake, so nothing after it is missed.
-        with ctx.db() as session:
-            g.ws_after = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
+        g.ws_after = newest
+    elif int(raw) > newest:
+        # No client saw a seq the log does not have (events are published after
+        # they commit): this one resumes from another database or a typo.
+        raise ApiError(400, "VALIDATION_ERROR", f"after: beyond the newest event ({newest})")
     else:
         g.ws_after = int(raw)
     # No permessage-deflate: simple-websocket would accept it, and a compressed
     # frame is inflated with no bound before any size check.
     request.environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)
+
+
+def _check_upgrade(headers) -> None:
+    """What wsproto would refuse with an exception (a 500), refused here with a 400."""
+    if "websocket" not in headers.get("Upgrade", "").lower():
+        raise ApiError(400, "VALIDATION_ERROR", "GET /ws is a websocket: Upgrade: websocket is required")
+    if headers.get("Sec-WebSocket-Version", "").strip() != "13":
+        raise ApiError(400, "VALIDATION_ERROR", "Sec-WebSocket-Version: only 13 is spoken",
+                       headers={"Sec-WebSocket-Version": "13"})
+    try:
+        key_ok = len(base64.b64decode(headers.get("Sec-WebSocket-Key", ""), validate=True)) == 16
+    except (ValueError, binascii.Error):
+        key_ok = False
+    if not key_ok:
+        raise ApiError(400, "VALIDATION_ERROR", "Sec-WebSocket-Key: 16 bytes in base64 are required")
 
 
 @bp.teardown_request
@@ -100,9 +124,15 @@ class HubReadsTheSocket:
 @sock.route("/ws", bp=bp)
 def stream(ws):
     hub = g.pop("ws_slot")
-    # Take the socket from the server: gunicorn closes (and half-closes) the one it
-    # holds when this returns, and a detached socket object closes nothing.
-    own = socket.socket(fileno=ws.sock.detach())
+    # Take the connection from the server. gunicorn half-closes and closes the
+    # socket it holds when this returns, so that fd is pointed at an unconnected
+    # socket (its shutdown fails quietly, its close closes only that), and the
+    # hub keeps a duplicate of the connection. gunicorn's own bookkeeping (its
+    # connection count) sees an ordinary closed connection.
+    held = ws.sock
+    own = held.dup()
+    with socket.socket(held.family, held.type) as placeholder:
+        os.dup2(placeholder.fileno(), held.fileno())
     hub.adopt(own, ws.ws, g.ws_after)
     ws.connected = False  # flask-sock's close() is then a no-op: the hub owns the stream
 

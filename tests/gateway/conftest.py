@@ -82,16 +82,21 @@ def free_port() -> int:
 class ServedGateway:
     """A ``python -m gateway`` process on a free port (one worker unless told)."""
 
-    def __init__(self, env: dict, tmp_path, threads: int = 300, workers: int = 1):
+    def __init__(self, env: dict, tmp_path, threads: int = 300, workers: int = 1,
+                 open_files: int | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"gateway-{self.port}.log"
         env = {**os.environ, **env, "LINECTL_HTTP_PORT": str(self.port),
                "LINECTL_DATA_DIR": str(tmp_path), "LINECTL_LOG_LEVEL": "WARNING"}
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--name", "gateway", "--threads", str(threads),
-             "--workers", str(workers)], env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        argv = [sys.executable, "-m", "gateway", "--name", "gateway", "--threads", str(threads),
+                "--workers", str(workers)]
+        if open_files is not None:  # the gateway under a lower open-file limit (soft = hard)
+            argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit("
+                    f"resource.RLIMIT_NOFILE, ({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])",
+                    *argv]
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         wait_for(self._up, timeout=30, message="the gateway to serve /healthz")
 
     def _up(self) -> bool:
@@ -122,8 +127,8 @@ def gateway_server(gateway_env, standin, tmp_path):
     """``gateway_server(threads=, **env)`` starts a served gateway with extra settings."""
     started = []
 
-    def start(threads: int = 300, workers: int = 1, **env) -> ServedGateway:
-        served = ServedGateway({**gateway_env, **env}, tmp_path, threads, workers)
+    def start(threads: int = 300, workers: int = 1, open_files: int | None = None, **env) -> ServedGateway:
+        served = ServedGateway({**gateway_env, **env}, tmp_path, threads, workers, open_files)
         started.append(served)
         return served
 

@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -165,3 +166,82 @@ def test_a_flooding_client_is_cut_off_costs_no_memory_and_others_keep_streaming(
     finally:
         flood.close()
         watcher.close()
+
+
+def raw_handshake(base: str, *lines: str) -> tuple[int, bytes]:
+    """A hand-written upgrade request (``lines`` replace the defaults they name); status, head+body."""
+    host, port = base.removeprefix("http://").split(":")
+    headers = {"Upgrade": "websocket", "Connection": "Upgrade",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13",
+               "Authorization": f"Bearer {OPERATOR}"}
+    target = "/ws"
+    for line in lines:
+        if line.startswith("/ws"):
+            target = line
+            continue
+        name, _, value = line.partition(":")
+        if value:
+            headers[name] = value.strip()
+        else:
+            headers.pop(name)
+    request = f"GET {target} HTTP/1.1\r\nHost: x\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall((request + "\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += raw.recv(4096)
+        if not answer.startswith(b"HTTP/1.1 101"):  # read the body (the connection stays open)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length:"))
+            while len(body) < length:
+                body += raw.recv(4096)
+            answer = head + b"\r\n\r\n" + body
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+def test_malformed_handshakes_are_refused_with_400_not_500(served_gateway, events):
+    events.write([("ONE", {})])
+    for line in ("Sec-WebSocket-Key", "Sec-WebSocket-Key: short", "Sec-WebSocket-Version",
+                 "Sec-WebSocket-Version: 8", "Sec-WebSocket-Version: 13, 8", "Upgrade",
+                 "/ws?after=%C2%B2", "/ws?after=999999"):
+        status, answer = raw_handshake(served_gateway, line)
+        assert status == 400, (line, answer)
+        assert b'"VALIDATION_ERROR"' in answer, (line, answer)
+    status, answer = raw_handshake(served_gateway, "Sec-WebSocket-Version: 8")
+    assert b"sec-websocket-version: 13" in answer.lower()
+    assert raw_handshake(served_gateway)[0] == 101
+
+
+def test_streams_at_the_cap_and_a_flood_of_idle_connections_fit_the_open_file_limit(gateway_server):
+    # 700 open files: 444 after the gateway's own; a third for HTTP connections, the rest streams.
+    served = gateway_server(threads=16, open_files=700)
+    worker, = served.worker_pids()
+    streams = []
+    while True:  # fill every stream slot
+        try:
+            streams.append(connect(served.base))
+        except websocket.WebSocketBadStatusException as refused:
+            assert refused.status_code == 503
+            break
+    assert 200 < len(streams) < 444
+    fds = Path(f"/proc/{worker}/fd")
+    counts = [len(list(fds.iterdir()))]
+    idle = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(400)]
+
+    def accepted_all_it_will():  # the worker's fd count grew, then stopped growing
+        counts.append(len(list(fds.iterdir())))  # (raises once the worker is gone)
+        return counts[-1] > counts[0] and counts[-1] == counts[-2]
+
+    try:
+        wait_for(accepted_all_it_will, 30, 0.5, "the worker to accept what it will")
+        assert served.worker_pids() == [worker]  # no accept() ran out of files and ended the worker
+        for s in idle:
+            s.close()
+        wait_for(lambda: requests.get(served.base + "/healthz", timeout=10).ok, 60, message="healthz")
+        assert served.worker_pids() == [worker]  # no accept() ran out of files and ended the worker
+        streams.pop().close()
+        wait_for(lambda: open_streams(served.base) == len(streams), 10, message="a slot freed")
+    finally:
+        for ws in streams:
+            ws.close()
