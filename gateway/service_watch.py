@@ -21,6 +21,7 @@ import threading
 import time
 
 from kombu import Connection
+from nameko.rpc import RPC_QUEUE_TEMPLATE
 
 import shared.transport  # noqa: F401 - registers pgsql:// with kombu
 from gateway.errors import ApiError
@@ -33,7 +34,7 @@ TRANSPORT_TIMEOUT = 2.0
 
 
 def rpc_queue(service: str) -> str:
-    return f"rpc-{service}"  # nameko's RPC queue for a service
+    return RPC_QUEUE_TEMPLATE.format(service)  # the queue nameko's @rpc entrypoints consume
 
 
 class ServiceWatch:

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 BACKLOG_PAGE = 500
 CLOSE_GOING_AWAY = 1001
-CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN_LATER = 1013
 RECV_BYTES = 65536
@@ -137,7 +136,6 @@ class StreamHub:
         self.limits = limits
         self.on_count = on_count or (lambda n: None)  # open streams, after each change
         self.on_fanout = on_fanout or (lambda s: None)  # seconds from the relay to every socket
-        self.overflows = 0
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -384,7 +382,6 @@ class StreamHub:
         """Too far behind: drop what is not on the wire, tell it where to resume, close."""
         if client.closing:
             return
-        self.overflows += 1
         resume = client.sent_seq
         kept = collections.deque()
         if client.out and client.head_sent:
@@ -403,10 +400,14 @@ class StreamHub:
         self._queue_close(client, CLOSE_TRY_AGAIN_LATER, "too far behind; resume with ?after=")
 
     def _queue_close(self, client: StreamClient, code: int, reason: str) -> None:
+        self._queue_close_frame(client, CloseConnection(code=code, reason=reason))
+
+    def _queue_close_frame(self, client: StreamClient, close: CloseConnection) -> None:
+        """Queue a close (ours, or the answer to the client's); nothing follows it."""
         if client.closing or client.closed:
             return
         try:
-            data = client.conn.send(CloseConnection(code=code, reason=reason))
+            data = client.conn.send(close)
         except LocalProtocolError:
             data = b""
         if data:
@@ -545,15 +546,7 @@ class StreamHub:
             elif isinstance(event, Pong):
                 client.pong_due = False
             elif isinstance(event, CloseConnection):
-                try:
-                    reply = client.conn.send(event.response())
-                except LocalProtocolError:
-                    reply = b""
-                if reply and not client.closing:
-                    client.out.append([None, reply])
-                    client.out_bytes += len(reply)
-                client.closing = True
-                client.deadline = time.monotonic() + self.limits.send_timeout
+                self._queue_close_frame(client, event.response())
                 break
             elif isinstance(event, (TextMessage, BytesMessage)):
                 # The stream takes no client messages: read and dropped, within a size.
