@@ -5,7 +5,9 @@
   counts consumers whose database backend is alive). A killed service shows as
   gone as soon as its connection drops, while an RPC to it would wait out its
   timeout: its queue outlives it. Commands check presence first and answer
-  503 at once; ``/readyz`` names a service that is not running.
+  503 at once; ``/readyz`` names a service that is not running. Only a
+  positive answer is trusted from the cache for a command: "absent" is asked
+  again, so a service back a moment ago is not refused.
 * **Status**: each service's ``status()``, cached for ``STATUS_TTL`` and
   shared by concurrent callers (one RPC in flight per service), so a burst of
   probes and scrapes costs at most one RPC per service per interval.
@@ -53,11 +55,16 @@ class ServiceWatch:
 
     # -- presence ---------------------------------------------------------------
 
-    def consumers(self, service: str) -> int | None:
-        """Live consumers of the service's RPC queue; None when the transport cannot be asked."""
+    def consumers(self, service: str, *, recheck_absent: bool = False) -> int | None:
+        """Live consumers of the service's RPC queue; None when the transport cannot be asked.
+
+        ``recheck_absent``: a cached "nothing consumes it" is asked again. A
+        service that has just come back must not be refused for a whole TTL by
+        a worker process that looked while it was away.
+        """
         with self._presence_lock:
             at, count = self._presence.get(service, (0.0, None))
-            if time.monotonic() - at < self.presence_ttl:
+            if time.monotonic() - at < self.presence_ttl and not (recheck_absent and count == 0):
                 return count
             count = self._ask_transport(rpc_queue(service))
             self._presence[service] = (time.monotonic(), count)
@@ -92,7 +99,7 @@ class ServiceWatch:
 
     def require_running(self, service: str) -> None:
         """503 at once when nothing consumes the service's queue (the call would only wait)."""
-        count = self.consumers(service)
+        count = self.consumers(service, recheck_absent=True)
         if count == 0:
             raise ApiError(503, "UNAVAILABLE", f"the {service} is not running; try again shortly")
 
