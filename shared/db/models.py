@@ -483,7 +483,7 @@ class AiJobTransition(Base):
 
 
 
-# -- message transport (pgsql://, shared/transport/pgsql.py) -------------------
+# -- message transport (pgsql://, shared/transport/pgsql/) ---------------------
 #
 # Exchanges, queues, bindings and messages of the PostgreSQL kombu transport.
 # Queue deletion cascades to its bindings, consumers and messages. Storage

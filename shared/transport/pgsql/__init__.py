@@ -1,0 +1,61 @@
+"""``pgsql://`` — a kombu transport on PostgreSQL (psycopg2), for nameko and plain kombu.
+
+URL: an ordinary PostgreSQL URL with the scheme ``pgsql``:
+``pgsql://user:pass@host:port/db`` or ``pgsql:///db?host=/socket/dir`` (every libpq
+parameter may go in the query string). The tables come from migration 0002
+(``mq_exchange``, ``mq_queue``, ``mq_binding``, ``mq_consumer``, ``mq_message``,
+``mq_dead_letter``).
+
+What it supports, as AMQP 0-9-1 / pyamqp does it:
+
+* direct, topic and fanout exchanges and the default exchange (``""``). Exchanges,
+  queues and bindings live in the database, so every process routes the same way;
+  ``queue_unbind`` and ``queue_delete`` remove bindings. Publishing routes in one SQL
+  statement that inserts one row per bound queue and ``NOTIFY``s each of them.
+* ``mandatory=True``: a message no queue is bound for raises
+  :class:`kombu.exceptions.ChannelError` ``NO_ROUTE`` (nameko: ``UnknownService``).
+* ``auto_delete`` (dropped when the last consumer cancels or dies), ``exclusive``
+  (dropped when the declaring connection closes or dies), ``x-expires`` (dropped after
+  that long without consumers) queues; per-message ``expiration``.
+* message properties as pyamqp gives them (``content_type``, ``content_encoding``,
+  ``correlation_id``, ``reply_to``, ``delivery_mode``, ``priority``, ``expiration``)
+  plus ``headers``; ``delivery_info['redelivered']``.
+* QoS ``prefetch_count``; ``basic_get``; ``basic_reject`` with and without requeue.
+* Push: a consumer ``LISTEN``s on one channel per queue (``mq_`` + md5 of the name;
+  the payload is the queue name, never the message) and sleeps in ``select`` until a
+  notification, an ack that frees prefetch room, or the slow fallback poll.
+* Claiming: ``UPDATE … FOR UPDATE SKIP LOCKED``, so competing consumers never block
+  each other or get the same message. A claimed row carries a lease: the PostgreSQL
+  backend (pid + start time) of the consuming channel. Ack deletes the row (in the
+  same round trip as the channel's next claim, or before its drain loop sleeps;
+  ``Channel.close`` flushes); reject
+  with requeue clears the lease. If the consumer's connection or process dies, its
+  backend ends, and the next sweep (every ``polling_interval``, default 5 s) hands the
+  message out again with ``redelivered`` set; a message whose consumers died
+  ``max_deliveries`` times (default 5) goes to ``mq_dead_letter`` instead.
+
+Durability: a publish commits with ``synchronous_commit = on`` only when the message
+is persistent (``delivery_mode=2``) and at least one target queue is durable and
+neither auto-delete, exclusive nor ``x-expires``. Everything else — transient messages,
+messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues — commits with
+``synchronous_commit = off``: a PostgreSQL crash may lose the last fraction of a
+second of those (a lost ack is a redelivery; a lost reply is an RPC timeout), never
+corrupts anything, and it saves a WAL flush per statement.
+
+Transport options (``transport_options=`` or nameko ``TRANSPORT_OPTIONS``):
+``polling_interval`` (s, fallback poll and sweep period, default 5.0),
+``max_deliveries`` (default 5), ``prefetch_batch`` (rows claimed per query when no
+prefetch limit is set, default 10), ``durable_publish`` (default True; False commits
+every publish with ``synchronous_commit = off``, trading the last fraction of a second
+of persistent messages on a PostgreSQL crash for one WAL flush less per message).
+
+Not supported: message priorities (delivery is FIFO per queue), exchange-to-exchange
+bindings, headers exchanges, publisher confirms beyond "committed" (every publish is
+confirmed when its statement returns).
+"""
+
+from .channel import Channel, Message, QoS
+from .sql import notify_channel, topic_pattern
+from .transport import Transport
+
+__all__ = ["Transport", "Channel", "Message", "QoS", "notify_channel", "topic_pattern"]
