@@ -545,6 +545,10 @@ class MqConsumer(Base):
     backend_pid: Mapped[int] = mapped_column(Integer, primary_key=True)
     tag: Mapped[str] = mapped_column(Text, primary_key=True)
     backend_started: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # The backend LISTENing for this consumer's direct replies (NOTIFY payloads);
+    # NULL until it listens, and then every message goes through mq_message.
+    listener_pid: Mapped[int | None] = mapped_column(Integer)
+    listener_started: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class MqMessage(Base):

@@ -13,16 +13,20 @@ from kombu.transport import virtual
 from kombu.transport.virtual.base import queue_declare_ok_t
 
 from .sql import (
-    ACK_SQL,
     CANCEL_SQL,
-    CLAIM_SQL,
+    CLAIM,
+    DELETE,
     LIVE_CONSUMER,
-    PUBLISH_SQL,
-    RELEASE_SQL,
+    PREPARED,
+    PUBLISH,
+    RELEASE,
     SWEEP_SQL,
-    TAKE_SQL,
+    TAKE,
     topic_pattern,
 )
+
+# A NOTIFY payload must be shorter than 8000 bytes; a larger reply goes through the table.
+NOTIFY_PAYLOAD_MAX = 7999
 
 
 class Message(virtual.Message):
@@ -38,18 +42,22 @@ class Message(virtual.Message):
 
 
 class QoS(virtual.QoS):
-    """Prefetch bookkeeping; ack deletes the row, requeue clears its lease."""
+    """Prefetch bookkeeping; ack deletes the row, requeue clears its lease.
+
+    A direct reply has no row (``row_id`` None): settling it changes nothing,
+    and a requeue of one is a drop, as with RabbitMQ's direct reply-to.
+    """
 
     def ack(self, delivery_tag):
         message = self._delivered.get(delivery_tag)
-        if message is not None and delivery_tag not in self._dirty:
+        if message is not None and delivery_tag not in self._dirty and message.row_id is not None:
             self.channel._ack_later(message.row_id)
         super().ack(delivery_tag)
         self.channel._room_made()
 
     def reject(self, delivery_tag, requeue=False):
         message = self._delivered.get(delivery_tag)
-        if message is not None and delivery_tag not in self._dirty:
+        if message is not None and delivery_tag not in self._dirty and message.row_id is not None:
             if requeue:
                 self.channel._release_rows([message.row_id])
             else:
@@ -59,7 +67,8 @@ class QoS(virtual.QoS):
 
     def restore_unacked(self):
         self._flush()
-        ids = [message.row_id for message in self._delivered.values()]
+        ids = [message.row_id for message in self._delivered.values()
+               if message.row_id is not None]
         self._delivered.clear()
         if ids:
             self.channel._release_rows(ids)
@@ -85,8 +94,10 @@ class Channel(virtual.Channel):
         # dies first, the message is redelivered (at-least-once).
         self._acked = []
         self._conn = connection.connect_db()
+        # Prepared once per connection, in the same round trip as the lease lookup.
         (self._backend,) = self._query(
-            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            "".join(f"{statement.prepare};\n" for statement in PREPARED)
+            + "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
         )
 
     # -- SQL ------------------------------------------------------------------
@@ -210,13 +221,14 @@ class Channel(virtual.Channel):
         self._inplace_augment_message(message, exchange, routing_key)
         props = message["properties"]
         expiration = props.get("expiration")
-        ((routed, _),) = self._query(PUBLISH_SQL, {
-            "exchange": exchange or "",
-            "routing_key": routing_key or "",
-            "payload": json.dumps(message),
-            "ttl_ms": int(expiration) if expiration is not None else None,
-            "persistent": props.get("delivery_mode") == 2 and self.connection.durable_publish,
-        })
+        payload = json.dumps(message)  # ASCII: its length is its size in bytes
+        # A reply (it answers a correlation id and asks for none) may go direct.
+        direct = (self.connection.direct_replies and len(payload) <= NOTIFY_PAYLOAD_MAX
+                  and props.get("correlation_id") is not None and not props.get("reply_to"))
+        ((routed, _),) = self._query(PUBLISH.call, (
+            exchange or "", routing_key or "", payload,
+            int(expiration) if expiration is not None else None,
+            props.get("delivery_mode") == 2 and self.connection.durable_publish, direct))
         if not routed and mandatory:
             raise ChannelError(
                 f"Basic.return: (312) NO_ROUTE - no queue bound to exchange {exchange!r}"
@@ -233,7 +245,7 @@ class Channel(virtual.Channel):
         super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
         if no_ack:
             self._no_ack_queues.add(queue)
-        self.connection._listen(queue)
+        self.connection._listen(queue, self, consumer_tag)
 
     def basic_cancel(self, consumer_tag):
         queue = self._tag_to_queue.get(consumer_tag)
@@ -257,11 +269,12 @@ class Channel(virtual.Channel):
     def _claim(self, queues, limit, take=False):
         with self._lock:
             acked, self._acked = self._acked, []
-            return self._query(ACK_SQL + (TAKE_SQL if take else CLAIM_SQL),
-                               dict(self._lease, queues=list(queues), limit=limit,
-                                    acked=acked))
+            pid, started = self._backend
+            return self._query((TAKE if take else CLAIM).call,
+                               (pid, started, list(queues), limit, acked))
 
     def _raw(self, row_id, queue, payload, delivery_count):
+        """A kombu raw message from a row (or, ``row_id`` None, a direct reply)."""
         raw = json.loads(payload)
         raw["row_id"] = row_id
         props = raw["properties"]
@@ -304,17 +317,18 @@ class Channel(virtual.Channel):
                 self._delete_rows(acked)
 
     def _delete_rows(self, ids):
-        self._query("DELETE FROM mq_message WHERE id = ANY(%s)", (ids,))
+        self._query(DELETE.call, (ids,))
 
     def _release_rows(self, ids):
-        self._query(RELEASE_SQL, dict(self._lease, ids=ids))
+        self._query(RELEASE.call, (self._backend[0], ids))
 
     def _room_made(self):
         if self.qos.prefetch_count and self.connection is not None:
             self.connection._wake()
 
     def _restore(self, message):
-        self._release_rows([message.row_id])
+        if message.row_id is not None:
+            self._release_rows([message.row_id])
 
     def sweep(self, max_deliveries):
         self._query(SWEEP_SQL, {"max_deliveries": max_deliveries})

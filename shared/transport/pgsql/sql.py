@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 DEFAULT_POLLING_INTERVAL = 5.0
 DEFAULT_MAX_DELIVERIES = 5
@@ -37,66 +38,126 @@ def topic_pattern(binding_key: str) -> str:
 
 
 
-# Route one message: insert a row per matching queue, notify each, and decide
-# synchronous_commit for this statement's transaction (see the module docstring).
-PUBLISH_SQL = """
-WITH ex AS (SELECT type FROM mq_exchange WHERE name = %(exchange)s),
+@dataclass(frozen=True)
+class Prepared:
+    """A statement prepared once per connection: no parse or plan on the hot path.
+
+    ``text`` uses ``$n`` parameters; ``call`` is what a channel executes, with
+    psycopg2 filling in one ``%s`` per parameter.
+    """
+
+    name: str
+    types: tuple[str, ...]
+    text: str
+
+    @property
+    def prepare(self) -> str:
+        return f"PREPARE {self.name} ({', '.join(self.types)}) AS {self.text}"
+
+    @property
+    def call(self) -> str:
+        return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.types))})"
+
+
+def direct_channel(queue: str) -> str:
+    """The LISTEN/NOTIFY channel of a queue's direct replies (the payload is the message)."""
+    return "mqd_" + hashlib.md5(queue.encode()).hexdigest()
+
+
+# The private queues (exclusive, auto-delete or x-expires: nameko's reply queues)
+# whose one consumer takes direct replies on a live listening connection.
+DIRECT_TARGET = """
+SELECT 1 FROM mq_queue q
+WHERE q.name = t.queue AND (q.exclusive OR q.auto_delete OR q.expires_ms IS NOT NULL)
+  AND (SELECT count(*) FROM mq_consumer c WHERE c.queue = q.name) = 1
+  AND EXISTS (SELECT 1 FROM mq_consumer c JOIN pg_stat_activity a
+              ON a.pid = c.listener_pid AND a.backend_start = c.listener_started
+              WHERE c.queue = q.name)
+"""
+
+# Route one message: a direct reply goes as the payload of a NOTIFY to the
+# consumer's listening connection; to every other target queue a row is
+# inserted and a wake-up notified. Decides synchronous_commit for this
+# statement's transaction (see the package docstring).
+# $1 exchange, $2 routing key, $3 payload, $4 ttl ms, $5 persistent, $6 may go direct.
+PUBLISH = Prepared("mq_publish", ("text", "text", "text", "bigint", "boolean", "boolean"), f"""
+WITH ex AS (SELECT type FROM mq_exchange WHERE name = $1),
 targets AS (
     SELECT DISTINCT b.queue FROM mq_binding b, ex
-    WHERE b.exchange = %(exchange)s
+    WHERE b.exchange = $1
       AND (ex.type = 'fanout'
-           OR (ex.type = 'direct' AND b.routing_key = %(routing_key)s)
-           OR (ex.type = 'topic' AND %(routing_key)s ~ b.pattern))
+           OR (ex.type = 'direct' AND b.routing_key = $2)
+           OR (ex.type = 'topic' AND $2 ~ b.pattern))
     UNION
-    SELECT q.name FROM mq_queue q WHERE %(exchange)s = '' AND q.name = %(routing_key)s
+    SELECT q.name FROM mq_queue q WHERE $1 = '' AND q.name = $2
+),
+routed AS (
+    SELECT t.queue, $6 AND EXISTS ({DIRECT_TARGET}) AS direct FROM targets t
 ),
 sent AS (
     INSERT INTO mq_message (queue, payload, expires_at)
-    SELECT queue, %(payload)s, now() + %(ttl_ms)s * interval '1 millisecond' FROM targets
+    SELECT queue, $3, now() + $4 * interval '1 millisecond' FROM routed WHERE NOT direct
     RETURNING queue
 ),
 notified AS (
     SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM sent) s
+    UNION ALL
+    SELECT pg_notify('mqd_' || md5(queue), $3) FROM routed WHERE direct
 )
 SELECT (SELECT count(*) FROM notified),
-       set_config('synchronous_commit',
-                  CASE WHEN %(persistent)s AND bool_or(q.durable AND NOT q.auto_delete
-                                                       AND NOT q.exclusive
-                                                       AND q.expires_ms IS NULL)
+       (SELECT set_config('synchronous_commit',
+                  CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
+                                           AND q.expires_ms IS NULL)
                        THEN 'on' ELSE 'off' END, true)
-FROM sent JOIN mq_queue q ON q.name = sent.queue
-"""
+        FROM sent JOIN mq_queue q ON q.name = sent.queue)
+""")
 
-CLAIM_SQL = """
+# Deletes the rows acked since the last claim in the same statement.
+# $1 lease pid, $2 lease backend start, $3 queues, $4 limit, $5 acked row ids.
+CLAIM = Prepared("mq_claim", ("integer", "timestamptz", "text[]", "integer", "bigint[]"), """
+WITH acked AS (DELETE FROM mq_message WHERE id = ANY($5))
 UPDATE mq_message m
-SET lease_pid = %(pid)s, lease_started = %(started)s, delivery_count = m.delivery_count + 1
+SET lease_pid = $1, lease_started = $2, delivery_count = m.delivery_count + 1
 FROM (SELECT id FROM mq_message
-      WHERE queue = ANY(%(queues)s) AND lease_pid IS NULL
+      WHERE queue = ANY($3) AND lease_pid IS NULL
         AND (expires_at IS NULL OR expires_at > now())
-      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) c
+      ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
 WHERE m.id = c.id
 RETURNING m.id, m.queue, m.payload, m.delivery_count
-"""
+""")
 
-# Consume without ack: the row is gone as it is handed out.
-TAKE_SQL = """
+# Consume without ack: the row is gone as it is handed out. Called as CLAIM is
+# ($1 and $2, the lease, are unused).
+TAKE = Prepared("mq_take", CLAIM.types, """
+WITH acked AS (DELETE FROM mq_message WHERE id = ANY($5))
 DELETE FROM mq_message m
 USING (SELECT id FROM mq_message
-       WHERE queue = ANY(%(queues)s) AND lease_pid IS NULL
+       WHERE queue = ANY($3) AND lease_pid IS NULL
          AND (expires_at IS NULL OR expires_at > now())
-       ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) c
+       ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
 WHERE m.id = c.id
 RETURNING m.id, m.queue, m.payload, m.delivery_count + 1
-"""
+""")
 
-ACK_SQL = "DELETE FROM mq_message WHERE id = ANY(%(acked)s::bigint[]);\n"
+DELETE = Prepared("mq_delete", ("bigint[]",), "DELETE FROM mq_message WHERE id = ANY($1)")
 
-RELEASE_SQL = """
+# $1 lease pid, $2 row ids.
+RELEASE = Prepared("mq_release", ("integer", "bigint[]"), """
 WITH freed AS (
     UPDATE mq_message SET lease_pid = NULL, lease_started = NULL
-    WHERE id = ANY(%(ids)s) AND lease_pid = %(pid)s RETURNING queue
+    WHERE id = ANY($2) AND lease_pid = $1 RETURNING queue
 )
 SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM freed) f
+""")
+
+PREPARED = (PUBLISH, CLAIM, TAKE, DELETE, RELEASE)
+
+# Run on the listening connection once it LISTENs: its backend takes these
+# consumers' direct replies. %s: queues, channel backend pids, consumer tags.
+REGISTER_LISTENER_SQL = """
+UPDATE mq_consumer c SET listener_pid = a.pid, listener_started = a.backend_start
+FROM pg_stat_activity a, unnest(%s::text[], %s::integer[], %s::text[]) AS r(queue, pid, tag)
+WHERE a.pid = pg_backend_pid() AND c.queue = r.queue AND c.backend_pid = r.pid AND c.tag = r.tag
 """
 
 # Liveness of leases, consumers and exclusive queues: a backend is alive when

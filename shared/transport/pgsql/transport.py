@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import select
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from time import monotonic
 
 import psycopg2
@@ -15,6 +15,8 @@ from .sql import (
     DEFAULT_MAX_DELIVERIES,
     DEFAULT_POLLING_INTERVAL,
     DEFAULT_PREFETCH_BATCH,
+    REGISTER_LISTENER_SQL,
+    direct_channel,
     notify_channel,
 )
 
@@ -54,10 +56,17 @@ class Transport(virtual.Transport):
         self.max_deliveries = int(options.get("max_deliveries", DEFAULT_MAX_DELIVERIES))
         self.prefetch_batch = int(options.get("prefetch_batch", DEFAULT_PREFETCH_BATCH))
         self.durable_publish = bool(options.get("durable_publish", True))
+        self.direct_replies = bool(options.get("direct_replies", True))
         self._dsn = connection_dsn(client.hostname)
         self._listen_conn = None
-        self._listening = {}  # notify channel -> queue
+        self._listening = {}  # notify channel -> queue (wake-ups)
+        self._listening_direct = {}  # direct channel -> queue (direct replies)
         self._pending_listens = OrderedDict()  # queue -> True (LISTEN) / False (UNLISTEN)
+        # Consumers (queue, channel backend pid, tag) whose direct replies this
+        # connection's listener takes once it LISTENs; the channel of each queue.
+        self._pending_direct = []
+        self._consuming = {}
+        self._direct_inbox = deque()  # (queue, payload) of direct replies not yet delivered
         self._dirty = set()
         self._wake_r = self._wake_w = None
         self._wake_pending = False
@@ -67,25 +76,29 @@ class Transport(virtual.Transport):
         return psycopg2.__version__
 
     def connect_db(self):
-        conn = psycopg2.connect(self._dsn, application_name="kombu-pgsql")
+        # Set at connect, no round trip of their own. Acks, claims and requeues
+        # need no WAL flush (see the package docstring); the prepared statements'
+        # plans are made once; server-side keepalives end the backend of a
+        # vanished client host within ~10 s, which is what releases its leases.
+        conn = psycopg2.connect(self._dsn, application_name="kombu-pgsql", options=(
+            "-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
+            " -c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=2"))
         conn.autocommit = True
-        with conn.cursor() as cur:
-            # Acks, claims and requeues need no WAL flush (see module docstring);
-            # server-side keepalives end the backend of a vanished client host
-            # within ~10 s, which is what releases its leases.
-            cur.execute("SET synchronous_commit TO off; SET tcp_keepalives_idle TO 5;"
-                        " SET tcp_keepalives_interval TO 2; SET tcp_keepalives_count TO 2")
         return conn
 
     # -- LISTEN bookkeeping (applied by the draining thread only) ----------------
 
-    def _listen(self, queue):
+    def _listen(self, queue, channel, consumer_tag):
         self._pending_listens[queue] = True
+        self._consuming[queue] = channel
+        if self.direct_replies:
+            self._pending_direct.append((queue, channel._backend[0], str(consumer_tag)))
         self._dirty.add(queue)
         self._wake()
 
     def _unlisten(self, queue):
         self._pending_listens[queue] = False
+        self._consuming.pop(queue, None)
 
     def _apply_listens(self):
         if self._listen_conn is None:
@@ -96,15 +109,25 @@ class Transport(virtual.Transport):
         statements = []
         while self._pending_listens:
             queue, listen = self._pending_listens.popitem(last=False)
-            channel = notify_channel(queue)
+            channel, direct = notify_channel(queue), direct_channel(queue)
             if listen:
                 self._listening[channel] = queue
-                statements.append(f"LISTEN {channel}")
+                self._listening_direct[direct] = queue
+                statements += [f"LISTEN {channel}", f"LISTEN {direct}"]
             elif self._listening.pop(channel, None) is not None:
-                statements.append(f"UNLISTEN {channel}")
+                self._listening_direct.pop(direct, None)
+                statements += [f"UNLISTEN {channel}", f"UNLISTEN {direct}"]
+        params = None
+        if self._pending_direct:
+            # Only once this connection LISTENs may a publisher send to it directly:
+            # the same round trip, after the LISTENs.
+            queues, pids, tags = zip(*self._pending_direct, strict=True)
+            self._pending_direct = []
+            statements.append(REGISTER_LISTENER_SQL)
+            params = (list(queues), list(pids), list(tags))
         if statements:
             with self._listen_conn.cursor() as cur:
-                cur.execute("; ".join(statements))
+                cur.execute("; ".join(statements), params)
             self._take_notifies()
 
     def _take_notifies(self):
@@ -113,6 +136,10 @@ class Transport(virtual.Transport):
             queue = self._listening.get(note.channel)
             if queue is not None:
                 self._dirty.add(queue)
+                continue
+            queue = self._listening_direct.get(note.channel)
+            if queue is not None:
+                self._direct_inbox.append((queue, note.payload))
         conn.notifies.clear()
 
     def _wake(self):
@@ -158,13 +185,21 @@ class Transport(virtual.Transport):
 
     def _deliver_ready(self):
         delivered = False
+        while self._direct_inbox:
+            queue, payload = self._direct_inbox.popleft()
+            callback, channel = self._callbacks.get(queue), self._consuming.get(queue)
+            if callback is None or channel is None:
+                continue  # cancelled meanwhile: a reply to a consumer that has gone is lost
+            callback(channel._raw(None, queue, payload, 1))
+            delivered = True
         for channel in list(self.channels):
             if not channel._active_queues:
                 continue
             for queue, raw in channel.claim_ready(self._dirty, self.prefetch_batch):
                 callback = self._callbacks.get(queue)
                 if callback is None:  # cancelled meanwhile: hand it back
-                    channel._release_rows([raw["row_id"]])
+                    if raw["row_id"] is not None:
+                        channel._release_rows([raw["row_id"]])
                     continue
                 callback(raw)
                 delivered = True

@@ -1,0 +1,26 @@
+"""mq_consumer: the listening connection that takes a consumer's direct replies
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-12-01 19:40:00
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0004'
+down_revision = '0003'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # Set once the consumer's process LISTENs for its direct deliveries; NULL:
+    # every message to it goes through mq_message.
+    op.add_column('mq_consumer', sa.Column('listener_pid', sa.Integer(), nullable=True))
+    op.add_column('mq_consumer', sa.Column('listener_started', sa.DateTime(timezone=True),
+                                           nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column('mq_consumer', 'listener_started')
+    op.drop_column('mq_consumer', 'listener_pid')
