@@ -282,24 +282,23 @@ class Channel(virtual.Channel):
         props["delivery_info"]["redelivered"] = delivery_count > 1
         return raw
 
-    def claim_ready(self, dirty, batch):
-        """Claim what this channel may take from its dirty queues:
-        ``[(queue, raw_message)]``; queues that may hold more stay in ``dirty``."""
-        queues = set(self._active_queues) & dirty
-        if not queues:
-            return []
+    def claim_ready(self, transport, batch):
+        """Claim what this channel may take from the transport's dirty queues:
+        ``[(queue, raw_message)]``; queues that may hold more stay dirty."""
         limit = self.qos.can_consume_max_estimate()
         limit = batch if limit is None else limit
         if not limit:
             return []  # prefetch window full: stays dirty until an ack makes room
-        dirty.difference_update(queues)
+        queues = transport._take_dirty(set(self._active_queues))
+        if not queues:
+            return []
         rows = []
         for take in (False, True):
             group = [q for q in queues if (q in self._no_ack_queues) == take]
             if group:
                 claimed = self._claim(group, limit, take=take)
                 if len(claimed) >= limit:
-                    dirty.update(group)
+                    transport._mark_dirty(group)
                 rows.extend(claimed)
         rows.sort()
         return [(row[1], self._raw(*row)) for row in rows]

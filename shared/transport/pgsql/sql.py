@@ -160,6 +160,14 @@ FROM pg_stat_activity a, unnest(%s::text[], %s::integer[], %s::text[]) AS r(queu
 WHERE a.pid = pg_backend_pid() AND c.queue = r.queue AND c.backend_pid = r.pid AND c.tag = r.tag
 """
 
+# A new listening connection takes over the direct replies of the one it replaces.
+# %s: the old backend's pid and start.
+MOVE_LISTENER_SQL = """
+UPDATE mq_consumer c SET listener_pid = a.pid, listener_started = a.backend_start
+FROM pg_stat_activity a
+WHERE a.pid = pg_backend_pid() AND c.listener_pid = %s AND c.listener_started = %s
+"""
+
 # Liveness of leases, consumers and exclusive queues: a backend is alive when
 # pg_stat_activity shows its pid with the same start time (one snapshot per
 # transaction; the statements below run as one implicit transaction).

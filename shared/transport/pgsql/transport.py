@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import os
 import select
-from collections import OrderedDict, deque
+import threading
+from collections import deque
 from time import monotonic
 
 import psycopg2
 from kombu.transport import virtual
 
 from .channel import Channel
+from .listener import NotifyListener
 from .sql import (
     DEFAULT_MAX_DELIVERIES,
     DEFAULT_POLLING_INTERVAL,
     DEFAULT_PREFETCH_BATCH,
-    REGISTER_LISTENER_SQL,
-    direct_channel,
-    notify_channel,
 )
 
 
@@ -29,7 +28,8 @@ def connection_dsn(url: str) -> str:
 
 
 class Transport(virtual.Transport):
-    """One LISTEN connection per kombu Connection plus one connection per channel."""
+    """One connection per channel; notifications come from the process's one
+    :class:`NotifyListener`, shared with every other Transport in it."""
 
     Channel = Channel
 
@@ -58,16 +58,11 @@ class Transport(virtual.Transport):
         self.durable_publish = bool(options.get("durable_publish", True))
         self.direct_replies = bool(options.get("direct_replies", True))
         self._dsn = connection_dsn(client.hostname)
-        self._listen_conn = None
-        self._listening = {}  # notify channel -> queue (wake-ups)
-        self._listening_direct = {}  # direct channel -> queue (direct replies)
-        self._pending_listens = OrderedDict()  # queue -> True (LISTEN) / False (UNLISTEN)
-        # Consumers (queue, channel backend pid, tag) whose direct replies this
-        # connection's listener takes once it LISTENs; the channel of each queue.
-        self._pending_direct = []
-        self._consuming = {}
+        self._listener = None  # the process's NotifyListener, once this consumes
+        self._consuming = {}  # queue -> the channel consuming it
         self._direct_inbox = deque()  # (queue, payload) of direct replies not yet delivered
-        self._dirty = set()
+        self._dirty = set()  # queues that may hold messages to claim
+        self._dirty_lock = threading.Lock()
         self._wake_r = self._wake_w = None
         self._wake_pending = False
         self._next_sweep = 0.0
@@ -86,87 +81,74 @@ class Transport(virtual.Transport):
         conn.autocommit = True
         return conn
 
-    # -- LISTEN bookkeeping (applied by the draining thread only) ----------------
+    # -- notifications (the process's NotifyListener calls these, from its thread) --
 
     def _listen(self, queue, channel, consumer_tag):
-        self._pending_listens[queue] = True
-        self._consuming[queue] = channel
-        if self.direct_replies:
-            self._pending_direct.append((queue, channel._backend[0], str(consumer_tag)))
-        self._dirty.add(queue)
-        self._wake()
-
-    def _unlisten(self, queue):
-        self._pending_listens[queue] = False
-        self._consuming.pop(queue, None)
-
-    def _apply_listens(self):
-        if self._listen_conn is None:
-            self._listen_conn = self.connect_db()
+        """``channel`` consumes ``queue``: be woken for it, and take its direct replies."""
+        if self._listener is None:
+            self._listener = NotifyListener.acquire(self._dsn, self.connect_db)
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-        statements = []
-        while self._pending_listens:
-            queue, listen = self._pending_listens.popitem(last=False)
-            channel, direct = notify_channel(queue), direct_channel(queue)
-            if listen:
-                self._listening[channel] = queue
-                self._listening_direct[direct] = queue
-                statements += [f"LISTEN {channel}", f"LISTEN {direct}"]
-            elif self._listening.pop(channel, None) is not None:
-                self._listening_direct.pop(direct, None)
-                statements += [f"UNLISTEN {channel}", f"UNLISTEN {direct}"]
-        params = None
-        if self._pending_direct:
-            # Only once this connection LISTENs may a publisher send to it directly:
-            # the same round trip, after the LISTENs.
-            queues, pids, tags = zip(*self._pending_direct, strict=True)
-            self._pending_direct = []
-            statements.append(REGISTER_LISTENER_SQL)
-            params = (list(queues), list(pids), list(tags))
-        if statements:
-            with self._listen_conn.cursor() as cur:
-                cur.execute("; ".join(statements), params)
-            self._take_notifies()
+        self._consuming[queue] = channel
+        consumer = (queue, channel._backend[0], str(consumer_tag)) if self.direct_replies else None
+        self._listener.subscribe(self, queue, consumer)
+        self._notified(queue)  # what is already there
 
-    def _take_notifies(self):
-        conn = self._listen_conn
-        for note in conn.notifies:
-            queue = self._listening.get(note.channel)
-            if queue is not None:
-                self._dirty.add(queue)
-                continue
-            queue = self._listening_direct.get(note.channel)
-            if queue is not None:
-                self._direct_inbox.append((queue, note.payload))
-        conn.notifies.clear()
+    def _unlisten(self, queue):
+        self._consuming.pop(queue, None)
+        if self._listener is not None:
+            self._listener.unsubscribe(self, queue)
+
+    def _notified(self, queue):
+        with self._dirty_lock:
+            self._dirty.add(queue)
+        self._wake()
+
+    def _direct(self, queue, payload):
+        self._direct_inbox.append((queue, payload))
+        self._wake()
+
+    def _take_dirty(self, queues):
+        """The ones of ``queues`` to claim from now; they are clean until notified again."""
+        with self._dirty_lock:
+            taken = self._dirty & queues
+            self._dirty -= taken
+            return taken
+
+    def _mark_dirty(self, queues):
+        with self._dirty_lock:
+            self._dirty.update(queues)
 
     def _wake(self):
         # At most one byte in the pipe: a full pipe would make eventlet's green
         # os.write wait, and two green threads waiting on one fd is an error.
         if self._wake_w is not None and not self._wake_pending:
             self._wake_pending = True
-            os.write(self._wake_w, b"!")
+            try:
+                os.write(self._wake_w, b"!")
+            except (BlockingIOError, OSError):
+                pass  # full (a wake is pending anyway) or closed with the connection
 
     def _wait(self, seconds):
-        readable, _, _ = select.select([self._listen_conn, self._wake_r], [], [], seconds)
-        if self._wake_r in readable:
-            self._wake_pending = False
+        if self._wake_r is None:  # consuming nothing: nothing can wake us
+            select.select([], [], [], seconds)
+            return
+        readable, _, _ = select.select([self._wake_r], [], [], seconds)
+        if readable:
             # One read: the pipe is readable, and a loop would block a green thread
-            # (eventlet's os.read waits for data instead of raising).
+            # (eventlet's os.read waits for data instead of raising). The flag is
+            # cleared after it: eventlet's read yields first, and a wake written
+            # meanwhile would be read with this one and leave the flag set for good.
+            # Whoever wakes us changed state first, and the caller looks at it next.
             os.read(self._wake_r, 65536)
-        if self._listen_conn in readable:
-            self._listen_conn.poll()
-            self._take_notifies()
+            self._wake_pending = False
 
     # -- draining ------------------------------------------------------------------
 
     def drain_events(self, connection, timeout=None):
         deadline = None if timeout is None else monotonic() + timeout
         while True:
-            if self._pending_listens or self._listen_conn is None:
-                self._apply_listens()
             if self._deliver_ready():
                 return
             now = monotonic()
@@ -195,7 +177,7 @@ class Transport(virtual.Transport):
         for channel in list(self.channels):
             if not channel._active_queues:
                 continue
-            for queue, raw in channel.claim_ready(self._dirty, self.prefetch_batch):
+            for queue, raw in channel.claim_ready(self, self.prefetch_batch):
                 callback = self._callbacks.get(queue)
                 if callback is None:  # cancelled meanwhile: hand it back
                     if raw["row_id"] is not None:
@@ -213,15 +195,15 @@ class Transport(virtual.Transport):
                 channel.sweep(self.max_deliveries)
                 break
         for channel in self.channels:
-            self._dirty.update(channel._active_queues)
+            self._mark_dirty(channel._active_queues)
 
     def close_connection(self, connection):
         try:
             super().close_connection(connection)
         finally:
-            if self._listen_conn is not None:
-                self._listen_conn.close()
-                self._listen_conn = None
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                listener.release(self)
             for fd in (self._wake_r, self._wake_w):
                 if fd is not None:
                     os.close(fd)
