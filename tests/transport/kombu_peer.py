@@ -1,7 +1,8 @@
 """A second process for the kombu conformance tests.
 
 ``python -m tests.transport.kombu_peer URL MODE SPEC_JSON``: declares the queues
-of SPEC (``[[exchange, type, queue, binding_key], ...]``), prints ``ready``, then
+of SPEC (``[[exchange, type, queue, binding_key(, queue_arguments)], ...]``), prints
+``ready``, then
 
 * ``consume``: prints each message body as a JSON line and acks it;
 * ``hold``: prints the first message body and keeps it unacked forever
@@ -17,8 +18,9 @@ import shared  # noqa: F401  (registers pgsql://)
 
 
 def main(url, mode, spec):
-    queues = [Queue(queue, Exchange(exchange, type), routing_key=key)
-              for exchange, type, queue, key in spec]
+    queues = [Queue(queue, Exchange(exchange, type), routing_key=key,
+                    queue_arguments=(arguments[0] if arguments else None))
+              for exchange, type, queue, key, *arguments in spec]
     held = []
 
     def on_message(body, message):

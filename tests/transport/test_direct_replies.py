@@ -1,0 +1,204 @@
+"""The pgsql:// fast path: direct replies over NOTIFY, with the table as the
+fallback, and one listening connection per process."""
+
+import os
+import select
+import uuid
+
+import psycopg2
+import pytest
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+import shared.transport.pgsql.transport as transport_module
+from shared.transport.pgsql.channel import NOTIFY_PAYLOAD_MAX
+from tests.support.waiting import wait_for
+from tests.transport.test_kombu_conformance import rows
+
+SLOW_SWEEP = {"polling_interval": 60}  # nothing in these tests may wait for a sweep
+
+
+def reply_queue(name=None, expires_ms=300_000):
+    """A private queue as nameko declares its reply queues (x-expires)."""
+    name = name or f"rpc.reply-test-{uuid.uuid4().hex[:8]}"
+    return Queue(name, Exchange("nameko-rpc", "topic"), routing_key=name,
+                 queue_arguments={"x-expires": expires_ms})
+
+
+def drain_until(conn, received, count, timeout=10):
+    def step():
+        try:
+            conn.drain_events(timeout=0.2)
+        except TimeoutError:
+            pass
+        return len(received) >= count
+
+    wait_for(step, timeout=timeout)
+
+
+def publish_reply(url, queue, body, correlation_id="c-1"):
+    with Connection(url) as conn:
+        Producer(conn).publish(body, exchange="nameko-rpc", routing_key=queue.routing_key,
+                               correlation_id=correlation_id, delivery_mode=2)
+
+
+def test_a_small_reply_goes_direct_and_a_large_one_through_the_table(pgsql_url, db_url):
+    queue = reply_queue()
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        with Consumer(conn, [queue], callbacks=[lambda b, m: received.append(m)]):
+            publish_reply(pgsql_url, queue, {"result": "small"})
+            drain_until(conn, received, 1)
+            direct = received[0]
+            assert direct.payload == {"result": "small"}
+            assert direct.properties["correlation_id"] == "c-1"
+            assert direct.row_id is None  # a NOTIFY payload: no row was written
+            direct.ack()  # settling a direct reply changes nothing
+
+            large = "x" * (NOTIFY_PAYLOAD_MAX + 100)  # beyond what a NOTIFY may carry
+            publish_reply(pgsql_url, queue, {"result": large}, correlation_id="c-2")
+            drain_until(conn, received, 2)
+            table = received[1]
+            assert table.payload == {"result": large}
+            assert table.properties["correlation_id"] == "c-2"
+            assert table.row_id is not None
+            table.ack()
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.2)  # the ack's DELETE runs before the loop sleeps
+    assert rows(db_url, "SELECT count(*) FROM mq_message WHERE queue = %s", queue.name) == [(0,)]
+
+
+def test_a_request_is_never_sent_direct(pgsql_url, db_url):
+    # A message that asks for a reply is a request: it keeps the table's at-least-once
+    # delivery even on a private queue.
+    queue = reply_queue()
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        with Consumer(conn, [queue], callbacks=[lambda b, m: received.append(m)]):
+            with Connection(pgsql_url) as other:
+                Producer(other).publish("ask", exchange="nameko-rpc", routing_key=queue.name,
+                                        correlation_id="c-1", reply_to="somewhere")
+            drain_until(conn, received, 1)
+            assert received[0].row_id is not None
+            received[0].ack()
+
+
+def test_a_reply_to_a_client_that_died_is_dropped_with_its_queue(pgsql_url, db_url, kombu_peer):
+    queue = reply_queue(expires_ms=300)
+    peer = kombu_peer(pgsql_url, "consume",
+                      [["nameko-rpc", "topic", queue.name, queue.name, {"x-expires": 300}]])
+    publish_reply(pgsql_url, queue, "to a live client")
+    assert peer.next_line() == '"to a live client"'
+    assert rows(db_url, "SELECT count(*) FROM mq_message WHERE queue = %s", queue.name) == [(0,)]
+
+    peer.kill()
+    # Its listening backend is gone: the reply is not sent into the void but kept
+    # in the table, and it goes with the queue when the queue expires.
+    publish_reply(pgsql_url, queue, "to a dead client", correlation_id="c-2")
+    assert rows(db_url, "SELECT count(*) FROM mq_message WHERE queue = %s", queue.name) == [(1,)]
+    with Connection(pgsql_url, transport_options={"polling_interval": 0.2}) as conn:
+        # Any consuming process sweeps: dead consumers, then the idle queue.
+        with Consumer(conn, [reply_queue()], callbacks=[]):
+            def gone():
+                try:
+                    conn.drain_events(timeout=0.2)
+                except TimeoutError:
+                    pass
+                return rows(db_url, "SELECT count(*) FROM mq_queue WHERE name = %s",
+                            queue.name) == [(0,)]
+
+            wait_for(gone, timeout=15)
+    assert rows(db_url, "SELECT count(*) FROM mq_message WHERE queue = %s", queue.name) == [(0,)]
+
+
+def kombu_backends(db_url):
+    return rows(db_url, "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = 'kombu-pgsql'")[0][0]
+
+
+def test_one_listening_connection_serves_every_connection_of_a_process(pgsql_url, db_url):
+    connections = [Connection(pgsql_url, transport_options=SLOW_SWEEP) for _ in range(5)]
+    queues = [reply_queue() for _ in connections]
+    received = {q.name: [] for q in queues}
+    consumers = []
+    try:
+        for conn, queue in zip(connections, queues, strict=True):
+            consumer = Consumer(conn, [queue], callbacks=[
+                lambda b, m, name=queue.name: received[name].append(m)])
+            consumer.consume()
+            consumers.append(consumer)
+        # A channel connection each, and one listener for all of them.
+        assert kombu_backends(db_url) == len(connections) + 1
+        for n, queue in enumerate(queues):
+            publish_reply(pgsql_url, queue, n, correlation_id=f"c-{n}")
+        for conn, queue in zip(connections, queues, strict=True):
+            drain_until(conn, received[queue.name], 1)
+        assert {name: [m.payload for m in got] for name, got in received.items()} \
+            == {q.name: [n] for n, q in enumerate(queues)}
+    finally:
+        for consumer in consumers:
+            consumer.cancel()
+        for conn in connections:
+            conn.release()
+    # The last one out closes the listener.
+    wait_for(lambda: kombu_backends(db_url) == 0, timeout=10)
+
+
+def test_a_lost_listening_connection_is_replaced_without_waiting_for_the_sweep(pgsql_url, db_url):
+    work = Queue(f"work-{uuid.uuid4().hex[:6]}", Exchange("work", "direct"), routing_key="w")
+    replies = reply_queue()
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        with Consumer(conn, [work, replies], callbacks=[lambda b, m: (received.append(m), m.ack())]):
+            admin = psycopg2.connect(db_url)
+            admin.autocommit = True
+            try:
+                with admin.cursor() as cur:
+                    # The listener is the kombu backend that is not the channel's.
+                    cur.execute("SELECT pid FROM pg_stat_activity"
+                                " WHERE application_name = 'kombu-pgsql' AND pid <> ALL(%s)",
+                                ([channel._backend[0] for channel in conn.transport.channels],))
+                    (listener_pid,), = cur.fetchall()
+                    cur.execute("SELECT pg_terminate_backend(%s)", (listener_pid,))
+                # A new listener LISTENs again and takes over the direct registration.
+                wait_for(lambda: rows(db_url, "SELECT count(*) FROM mq_consumer c"
+                                      " JOIN pg_stat_activity a ON a.pid = c.listener_pid"
+                                      " WHERE c.queue = %s", replies.name) == [(1,)], timeout=10)
+            finally:
+                admin.close()
+            with Connection(pgsql_url) as other:
+                Producer(other).publish("job", exchange="work", routing_key="w")
+            drain_until(conn, received, 1, timeout=5)  # a wake-up, long before the 60 s sweep
+            publish_reply(pgsql_url, replies, "answer")
+            drain_until(conn, received, 2, timeout=5)
+            assert [m.payload for m in received] == ["job", "answer"]
+            assert received[1].row_id is None  # direct again
+
+
+def test_a_wake_that_comes_while_the_wake_pipe_is_read_is_not_lost(pgsql_url, monkeypatch):
+    # eventlet's os.read yields to other green threads before it reads. A wake
+    # written then is read together with the one that woke us; the transport
+    # must still be wakeable afterwards.
+    transport = Connection(pgsql_url).transport
+    transport._wake_r, transport._wake_w = os.pipe()
+    os.set_blocking(transport._wake_r, False)
+    real_read = os.read
+    yielded = []
+
+    def read_that_yields(fd, n):
+        if fd == transport._wake_r and not yielded:
+            yielded.append(True)
+            transport._wake()  # another green thread ran meanwhile
+        return real_read(fd, n)
+
+    try:
+        transport._wake()
+        monkeypatch.setattr(transport_module.os, "read", read_that_yields)
+        transport._wait(0)
+        assert yielded
+        transport._wake()  # the next event
+        readable, _, _ = select.select([transport._wake_r], [], [], 0)
+        assert readable, "the wake pipe was left empty with its flag set: every later wake is lost"
+    finally:
+        monkeypatch.undo()
+        os.close(transport._wake_r)
+        os.close(transport._wake_w)
