@@ -16,9 +16,11 @@ one piece needed would cost at the raw rate; their ratio is what the
 scheduler rounds, the transport, the hardware service's polling (robot
 handshake every 20 ms, PLC signals every 100 ms) and waiting add.
 
-Transport: ``pgsql://`` on the bench database when that transport exists,
-else RabbitMQ on a private vhost (``rabbitmqctl``), else
-``LINECTL_BENCH_AMQP_URI``.
+Transports, side by side in one run, each on its own fresh database:
+``pgsql://`` on the bench database, and RabbitMQ on a private vhost
+(``rabbitmqctl``) or at ``LINECTL_BENCH_AMQP_URI`` when one answers on
+127.0.0.1:5672. The ratio of their pieces per minute is the transport's share
+of the line's pace (issue 15: pgsql:// / RabbitMQ >= 0.8).
 """
 
 import eventlet
@@ -26,7 +28,6 @@ import eventlet
 eventlet.monkey_patch()
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -62,9 +63,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def transport(db_url: str):
+def rabbit_answers() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def transport(db_url: str, kind: str):
     """(uri, cleanup)."""
-    if importlib.util.find_spec("shared.transport") and importlib.util.find_spec("shared.transport.pgsql"):
+    if kind == "pgsql":
         return "pgsql://" + db_url.split("://", 1)[1], lambda: None
     if os.environ.get("LINECTL_BENCH_AMQP_URI"):
         return os.environ["LINECTL_BENCH_AMQP_URI"], lambda: None
@@ -83,13 +92,13 @@ def wait_until(predicate, timeout, what):
         eventlet.sleep(0.02)
 
 
-def whole_stack(url: str, pieces: int, product: str, speed: float) -> dict:
+def whole_stack(url: str, pieces: int, product: str, speed: float, kind: str) -> dict:
     engine = make_engine(url, pool_size=2)
     layout = load_layout(Settings().line_file)
     port = free_port()
     sim = LineSimulator(layout, SimOptions(speed=speed, scrap_rate=0.05, seed=3, pallet_size=pieces + 8,
                                            pallet_seconds=1.0), "127.0.0.1", port).start()
-    amqp, cleanup = transport(url)
+    amqp, cleanup = transport(url, kind)
     config = {"AMQP_URI": amqp, "serializer": "json", "max_workers": 20, "LINECTL_DATABASE_URL": url,
               "LINECTL_PLC_ADDRESS": f"127.0.0.1:{port}"}
     containers = [ServiceContainer(HardwareService, config), ServiceContainer(LineControllerService, config)]
@@ -124,7 +133,7 @@ def whole_stack(url: str, pieces: int, product: str, speed: float) -> dict:
         cleanup()
         engine.dispose()
     return {"elapsed": elapsed, "messages": messages, "rounds": rounds, "tasks": tasks,
-            "scrapped": scrapped, "transport": amqp.split("://")[0]}
+            "scrapped": scrapped, "transport": {"pgsql": "pgsql://", "amqp": "RabbitMQ"}[kind]}
 
 
 def raw_loop(url: str, pieces: int) -> float:
@@ -151,36 +160,41 @@ def main(argv=None) -> int:
     ap.add_argument("--raw-pieces", type=int, default=500)
     args = ap.parse_args(argv)
 
+    kinds = ["pgsql"] + (["amqp"] if rabbit_answers() or os.environ.get("LINECTL_BENCH_AMQP_URI")
+                         else [])
     with tempfile.TemporaryDirectory(prefix="linectl-bench-") as tmp:
         server = EmbeddedPostgres(Path(tmp) / "pg")
         base = server.start()
         try:
-            stack_url, raw_url = (base.rsplit("/", 1)[0] + f"/{name}" for name in ("flow", "raw"))
+            names = [f"flow_{kind}" for kind in kinds] + ["raw"]
             with make_engine(base, pool_size=1).connect().execution_options(
                     isolation_level="AUTOCOMMIT") as conn:
-                for name in ("flow", "raw"):
+                for name in names:
                     conn.execute(text(f"CREATE DATABASE {name}"))
-            upgrade(stack_url)
-            upgrade(raw_url)
-            stack = whole_stack(stack_url, args.pieces, args.product, args.speed)
-            raw_rate = raw_loop(raw_url, args.raw_pieces)
+            urls = {name: base.rsplit("/", 1)[0] + f"/{name}" for name in names}
+            for url in urls.values():
+                upgrade(url)
+            stacks = [whole_stack(urls[f"flow_{kind}"], args.pieces, args.product, args.speed, kind)
+                      for kind in kinds]
+            raw_rate = raw_loop(urls["raw"], args.raw_pieces)
         finally:
             server.stop()
 
-    per_piece = stack["elapsed"] / args.pieces
-    msgs_per_piece = stack["messages"] / args.pieces
-    raw_per_piece = msgs_per_piece / raw_rate
-    print(f"flow benchmark: {args.pieces} × {args.product} ({stack['scrapped']} scrapped), simulator speed "
-          f"{args.speed:g}, transport {stack['transport']}, fsync on")
-    print(f"  {stack['messages']} loop messages, {stack['rounds']} scheduling rounds with actions, "
-          f"{stack['tasks']} hardware tasks")
-    print(f"{'measure':44}{'whole stack':>14}{'raw loop':>12}{'ratio':>8}")
-    print(f"{'pieces per minute':44}{60 / per_piece:>14.1f}{60 / raw_per_piece:>12.0f}"
-          f"{raw_per_piece / per_piece:>8.3f}")
-    print(f"{'ms per piece (loop + DB + transport + hw)':44}{per_piece * 1000:>14.1f}"
-          f"{raw_per_piece * 1000:>12.1f}{per_piece / raw_per_piece:>8.1f}x")
-    print(f"{'loop messages per second':44}{stack['messages'] / stack['elapsed']:>14.0f}{raw_rate:>12.0f}"
-          f"{stack['messages'] / stack['elapsed'] / raw_rate:>8.3f}")
+    print(f"flow benchmark: {args.pieces} × {args.product}, simulator speed {args.speed:g}, fsync on")
+    print(f"{'transport':12}{'pieces/min':>12}{'ms/piece':>10}{'messages':>10}{'rounds':>8}"
+          f"{'tasks':>7}{'scrapped':>10}{'raw loop pieces/min':>21}{'vs raw':>8}")
+    for stack in stacks:
+        per_piece = stack["elapsed"] / args.pieces
+        raw_per_piece = stack["messages"] / args.pieces / raw_rate
+        print(f"{stack['transport']:12}{60 / per_piece:>12.1f}{per_piece * 1000:>10.1f}"
+              f"{stack['messages']:>10}{stack['rounds']:>8}{stack['tasks']:>7}{stack['scrapped']:>10}"
+              f"{60 / raw_per_piece:>21.0f}{raw_per_piece / per_piece:>8.3f}")
+    if len(stacks) == 2:
+        ratio = stacks[1]["elapsed"] / stacks[0]["elapsed"]
+        print(f"\npieces/min, pgsql:// / RabbitMQ = {ratio:.2f}   (target >= 0.8)"
+              f"  {'OK' if ratio >= 0.8 else 'MISSED'}")
+    else:
+        print("\nRabbitMQ does not answer on 127.0.0.1:5672: no ratio")
     return 0
 
 

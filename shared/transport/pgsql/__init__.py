@@ -2,8 +2,8 @@
 
 URL: an ordinary PostgreSQL URL with the scheme ``pgsql``:
 ``pgsql://user:pass@host:port/db`` or ``pgsql:///db?host=/socket/dir`` (every libpq
-parameter may go in the query string). The tables come from migration 0002
-(``mq_exchange``, ``mq_queue``, ``mq_binding``, ``mq_consumer``, ``mq_message``,
+parameter may go in the query string). The tables come from migrations 0002 and
+0004 (``mq_exchange``, ``mq_queue``, ``mq_binding``, ``mq_consumer``, ``mq_message``,
 ``mq_dead_letter``).
 
 What it supports, as AMQP 0-9-1 / pyamqp does it:
@@ -21,13 +21,22 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
   ``correlation_id``, ``reply_to``, ``delivery_mode``, ``priority``, ``expiration``)
   plus ``headers``; ``delivery_info['redelivered']``.
 * QoS ``prefetch_count``; ``basic_get``; ``basic_reject`` with and without requeue.
-* Push: a consumer ``LISTEN``s on one channel per queue (``mq_`` + md5 of the name;
-  the payload is the queue name, never the message) and sleeps in ``select`` until a
-  notification, an ack that frees prefetch room, or the slow fallback poll.
+* Push: each process has one listening connection per database
+  (:mod:`.listener`), which ``LISTEN``s on one channel per consumed queue (``mq_`` +
+  md5 of the name; the payload is the queue name) for every kombu Connection of the
+  process. A Transport sleeps in ``select`` on a pipe until a notification for one of
+  its queues, an ack that frees prefetch room, or the slow fallback poll.
+* Direct replies (RabbitMQ's direct reply-to): a message with a ``correlation_id``
+  and no ``reply_to``, to a private queue (exclusive, auto-delete or ``x-expires``)
+  with exactly one consumer whose listener is alive, is the payload of a ``NOTIFY``
+  on ``mqd_`` + md5 of the queue name: no row, claim or delete. Larger than a NOTIFY
+  may carry (8000 bytes), or with no live listener, it goes through the table. At
+  most once: a reply to a consumer that has gone is lost (its caller times out); it
+  bypasses prefetch; settling it is a no-op and a requeue drops it.
 * Claiming: ``UPDATE â€¦ FOR UPDATE SKIP LOCKED``, so competing consumers never block
   each other or get the same message. A claimed row carries a lease: the PostgreSQL
   backend (pid + start time) of the consuming channel. Ack deletes the row (in the
-  same round trip as the channel's next claim, or before its drain loop sleeps;
+  statement of the channel's next claim, or before its drain loop sleeps;
   ``Channel.close`` flushes); reject
   with requeue clears the lease. If the consumer's connection or process dies, its
   backend ends, and the next sweep (every ``polling_interval``, default 5 s) hands the
@@ -42,12 +51,16 @@ messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues â
 second of those (a lost ack is a redelivery; a lost reply is an RPC timeout), never
 corrupts anything, and it saves a WAL flush per statement.
 
+Each channel's connection prepares the hot statements (publish, claim, take,
+delete, release) once, with generic plans: planning was most of a publish.
+
 Transport options (``transport_options=`` or nameko ``TRANSPORT_OPTIONS``):
 ``polling_interval`` (s, fallback poll and sweep period, default 5.0),
 ``max_deliveries`` (default 5), ``prefetch_batch`` (rows claimed per query when no
 prefetch limit is set, default 10), ``durable_publish`` (default True; False commits
 every publish with ``synchronous_commit = off``, trading the last fraction of a second
-of persistent messages on a PostgreSQL crash for one WAL flush less per message).
+of persistent messages on a PostgreSQL crash for one WAL flush less per message),
+``direct_replies`` (default True).
 
 Not supported: message priorities (delivery is FIFO per queue), exchange-to-exchange
 bindings, headers exchanges, publisher confirms beyond "committed" (every publish is
