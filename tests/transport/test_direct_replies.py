@@ -202,3 +202,21 @@ def test_a_wake_that_comes_while_the_wake_pipe_is_read_is_not_lost(pgsql_url, mo
         monkeypatch.undo()
         os.close(transport._wake_r)
         os.close(transport._wake_w)
+
+
+def test_a_release_said_twice_does_not_stop_the_listener_under_another_connection(pgsql_url):
+    first = reply_queue()
+    second = Queue(f"work-{uuid.uuid4().hex[:6]}", Exchange("work", "direct"), routing_key="w")
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as one, \
+            Connection(pgsql_url, transport_options=SLOW_SWEEP) as two:
+        with Consumer(one, [first], callbacks=[]), \
+                Consumer(two, [second], callbacks=[lambda b, m: (received.append(b), m.ack())]):
+            listener = two.transport._listener
+            assert one.transport._listener is listener
+            listener.release(one.transport)
+            listener.release(one.transport)  # e.g. a close racing a reconnect
+            with Connection(pgsql_url) as other:
+                Producer(other).publish("still woken", exchange="work", routing_key="w")
+            drain_until(two, received, 1, timeout=5)  # by its listener, not the 60 s sweep
+            assert received == ["still woken"]

@@ -44,20 +44,20 @@ class NotifyListener:
     _instances_lock = threading.Lock()
 
     @classmethod
-    def acquire(cls, dsn: str, connect) -> NotifyListener:
+    def acquire(cls, dsn: str, connect, transport) -> NotifyListener:
         """This process's listener for the database (a forked child gets its own)."""
         key = (os.getpid(), dsn)
         with cls._instances_lock:
             listener = cls._instances.get(key)
             if listener is None:
                 listener = cls._instances[key] = cls(key, connect)
-            listener._users += 1
+            listener._users.add(transport)
             return listener
 
     def __init__(self, key, connect):
         self._key = key
         self._connect = connect
-        self._users = 0
+        self._users: set = set()  # the transports using it (a release is idempotent)
         # Guards the maps and the request list. The connection itself is used by
         # the listener thread only: under eventlet a query waits on the socket,
         # and two green threads may not wait on one socket.
@@ -72,6 +72,7 @@ class NotifyListener:
         os.set_blocking(self._poke_r, False)
         os.set_blocking(self._poke_w, False)
         self._poke_pending = False
+        self._pipe_closed = False
         self._stopping = False
         self._thread = None
 
@@ -123,16 +124,23 @@ class NotifyListener:
         for queue in queues:
             self.unsubscribe(transport, queue)
         with self._instances_lock:
-            self._users -= 1
-            if self._users > 0:
+            if transport not in self._users:
                 return
-            if self._instances.get(self._key) is self:
-                del self._instances[self._key]
-        self._stopping = True
-        if self._thread is None:
-            self._close_pipe()
-        else:
-            os.write(self._poke_w, b"!")  # the thread closes the connection and the pipe
+            self._users.discard(transport)
+            if self._users:
+                return
+            self._forget()
+        with self._lock:
+            self._stopping = True
+            if self._thread is None:
+                self._close_pipe()
+                return
+        self._poke(stopping=True)  # the thread closes the connection and the pipe
+
+    def _forget(self):
+        """No new transport gets this listener (called under the instances lock)."""
+        if self._instances.get(self._key) is self:
+            del self._instances[self._key]
 
     def _call(self, sql, params, wait):
         done, box = threading.Event(), {}
@@ -147,12 +155,14 @@ class NotifyListener:
             log.warning("pgsql:// listener could not LISTEN (%r); queues wait for the sweep",
                         box["error"])
 
-    def _poke(self):
-        # Never after the stop: the pipe's fds may be closed and their numbers reused.
-        if not self._poke_pending and not self._stopping:
+    def _poke(self, stopping=False):
+        with self._lock:
+            # Never into a closed pipe: its fd numbers may belong to something else now.
+            if self._pipe_closed or (self._poke_pending and not stopping):
+                return
             self._poke_pending = True
             try:
-                os.write(self._poke_w, b"!")
+                os.write(self._poke_w, b"!")  # non-blocking: never waits
             except OSError:
                 pass  # full: a poke is pending anyway
 
@@ -174,9 +184,11 @@ class NotifyListener:
                         self._conn.poll()
                     self._dispatch()
                     failures = 0
-                except (psycopg2.Error, OSError, ValueError) as exc:
+                except Exception as exc:  # noqa: BLE001 - the listener must outlive any fault
                     if self._stopping:
                         break
+                    if not isinstance(exc, (psycopg2.Error, OSError, ValueError)):
+                        log.exception("pgsql:// listener failed")
                     delay = RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS) - 1)]
                     failures += 1
                     log.warning("pgsql:// listener lost its connection (%r); again in %.1f s",
@@ -184,10 +196,17 @@ class NotifyListener:
                     self._close_conn()
                     self._fail_requests(exc)
                     self._sleep(delay)
+        except BaseException as exc:
+            log.warning("pgsql:// listener ended by %r", exc)
+            raise
         finally:
+            with self._instances_lock:
+                self._forget()  # if it ended otherwise than by a stop: a new one for newcomers
+            with self._lock:
+                self._stopping = True
+                self._close_pipe()
             self._close_conn()
             self._fail_requests(None)
-            self._close_pipe()
 
     def _serve_requests(self):
         with self._lock:
@@ -248,6 +267,7 @@ class NotifyListener:
                 pass
 
     def _close_pipe(self):
+        self._pipe_closed = True
         for fd in (self._poke_r, self._poke_w):
             try:
                 os.close(fd)

@@ -86,7 +86,7 @@ class Transport(virtual.Transport):
     def _listen(self, queue, channel, consumer_tag):
         """``channel`` consumes ``queue``: be woken for it, and take its direct replies."""
         if self._listener is None:
-            self._listener = NotifyListener.acquire(self._dsn, self.connect_db)
+            self._listener = NotifyListener.acquire(self._dsn, self.connect_db, self)
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
