@@ -19,7 +19,7 @@ from shared.config import load_settings
 from shared.db import roles
 from shared.db.engine import make_engine
 from shared.layout import load_layout
-from shared.rpc import ExpiringClusterRpcProxy
+from shared.rpc import RpcClientPool
 
 from .loop import EventLoop
 from .messages import new_message
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
 PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
 ACCEPTED_REMEMBERED = 10_000  # acceptances kept: far more than are ever open at once
+HARDWARE_CLIENTS = 4  # RPC clients for hardware requests: the robot, a tool and machine starts at once
 # A step's deadline (task.deadline_at); past it a StepTimeout suspends the job:
 # LINECTL_STEP_TIMEOUT_SECONDS (default 150 s, above the hardware's own 120 s action
 # timeout, so its Failed result comes first); the nameko config key
@@ -47,9 +48,12 @@ class LineEventPublisher(EventDispatcher):
 
 class NamekoHardwarePort:
     """Sends a hardware RPC in its own green thread: the loop never waits for it.
-    A refusal (or no answer) comes back to the loop as a ``*Failed`` result."""
+    A refusal (or no answer) comes back to the loop as a ``*Failed`` result.
+    The calls borrow started clients from a pool: a client per call was a new
+    transport connection, reply queue and consumer for every hardware action."""
 
-    def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0, instance_id: str | None = None):
+    def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0, instance_id: str | None = None,
+                 clients: int = HARDWARE_CLIENTS):
         self.config = config
         self.loop = loop
         self.timeout = timeout
@@ -58,16 +62,20 @@ class NamekoHardwarePort:
         self.accepted: collections.OrderedDict[str, str] = collections.OrderedDict()
         # Every request names this instance; see LineHardware.fence.
         self.context = {ev.CONTROLLER_CONTEXT_KEY: instance_id} if instance_id else None
+        # Expiring: a request given up on here (refused below) never runs later.
+        self.clients = RpcClientPool(config, size=clients, timeout=timeout, context_data=self.context)
+
+    def close(self) -> None:
+        self.clients.close()
 
     def request(self, req: HardwareRequest) -> None:
         eventlet.spawn(self._call, req)
 
     def _call(self, req: HardwareRequest) -> None:
         try:
-            # Expiring: a request given up on here (refused below) never runs later.
-            with ExpiringClusterRpcProxy(self.config, self.timeout, context_data=self.context) as proxy:
+            with self.clients.client() as proxy:
                 reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
-        except Exception as exc:  # no hardware service, RPC timeout, transport down
+        except Exception as exc:  # no hardware service, RPC timeout, transport down, all clients busy
             log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
             self.loop.refuse(req, "CONNECTION_REFUSED", f"{type(exc).__name__}: {exc}")
             return
@@ -153,6 +161,9 @@ class ProductionLoop(DependencyProvider):
 
     def stop(self):
         self.loop.stop()
+        close = getattr(self.loop.hardware, "close", None)  # a test's stand-in may have none
+        if close is not None:
+            close()
         self.engine.dispose()
 
     def kill(self):

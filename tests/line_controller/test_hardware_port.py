@@ -41,8 +41,30 @@ def test_a_request_given_up_on_never_runs_when_the_hardware_returns(container_fa
     port._call(_request(7))  # the hardware is away: the wait runs out
     assert loop.refused == [(7, "CONNECTION_REFUSED")]
 
+    port.close()
+
     container_factory(StandInHardware, nameko_config).start()
-    port.timeout = 20.0
-    port._call(_request(8))  # FIFO: had 7 survived, it would have been served first
+    port = NamekoHardwarePort(nameko_config, loop, timeout=20.0)
+    try:
+        port._call(_request(8))  # FIFO: had 7 survived, it would have been served first
+    finally:
+        port.close()
     assert StandInHardware.served == ["8"]
     assert port.accepted == {"8": "stand-in"} and loop.refused == [(7, "CONNECTION_REFUSED")]
+
+
+def test_hardware_requests_reuse_their_clients(container_factory, nameko_config):
+    # A client per request was a new transport connection, reply queue and consumer
+    # for every hardware action (on pgsql:// a database session each).
+    StandInHardware.served = []
+    container_factory(StandInHardware, nameko_config).start()
+    loop = RecordingLoop()
+    port = NamekoHardwarePort(nameko_config, loop, timeout=20.0, clients=2)
+    try:
+        for task_id in range(10):
+            port._call(_request(task_id))
+        assert StandInHardware.served == [str(n) for n in range(10)] and loop.refused == []
+        assert len(port.clients._all) == 1  # one client served them all, in turn
+    finally:
+        port.close()
+    assert port.clients._all == []
