@@ -65,14 +65,15 @@ def direct_channel(queue: str) -> str:
 
 
 # The private queues (exclusive, auto-delete or x-expires: nameko's reply queues)
-# whose one consumer takes direct replies on a live listening connection.
+# whose one consumer takes direct replies on a live listening connection. The
+# listener is looked up by pid: the pg_stat_activity view builds a row for every
+# backend, which at 120 backends made a reply cost 1 ms of server CPU.
 DIRECT_TARGET = """
 SELECT 1 FROM mq_queue q
 WHERE q.name = t.queue AND (q.exclusive OR q.auto_delete OR q.expires_ms IS NOT NULL)
   AND (SELECT count(*) FROM mq_consumer c WHERE c.queue = q.name) = 1
-  AND EXISTS (SELECT 1 FROM mq_consumer c JOIN pg_stat_activity a
-              ON a.pid = c.listener_pid AND a.backend_start = c.listener_started
-              WHERE c.queue = q.name)
+  AND EXISTS (SELECT 1 FROM mq_consumer c, pg_stat_get_activity(c.listener_pid) a
+              WHERE c.queue = q.name AND a.backend_start = c.listener_started)
 """
 
 # Route one message: a direct reply goes as the payload of a NOTIFY to the
