@@ -1,15 +1,14 @@
 """The pgsql:// fast path: direct replies over NOTIFY, with the table as the
 fallback, and one listening connection per process."""
 
-import os
-import select
+import threading
+import time
 import uuid
 
 import psycopg2
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-import shared.transport.pgsql.transport as transport_module
 from shared.transport.pgsql.channel import NOTIFY_PAYLOAD_MAX
 from tests.support.waiting import wait_for
 from tests.transport.test_kombu_conformance import rows
@@ -174,34 +173,23 @@ def test_a_lost_listening_connection_is_replaced_without_waiting_for_the_sweep(p
             assert received[1].row_id is None  # direct again
 
 
-def test_a_wake_that_comes_while_the_wake_pipe_is_read_is_not_lost(pgsql_url, monkeypatch):
-    # eventlet's os.read yields to other green threads before it reads. A wake
-    # written then is read together with the one that woke us; the transport
-    # must still be wakeable afterwards.
+def test_a_wake_is_never_lost_between_two_waits(pgsql_url):
+    # The listener wakes a transport from its own thread, at any moment: a wake
+    # given while the transport was not waiting ends its next wait at once, and a
+    # wait that ended clears it (a pipe and a flag once fell out of step here, and
+    # every later wake was lost).
     transport = Connection(pgsql_url).transport
-    transport._wake_r, transport._wake_w = os.pipe()
-    os.set_blocking(transport._wake_r, False)
-    real_read = os.read
-    yielded = []
-
-    def read_that_yields(fd, n):
-        if fd == transport._wake_r and not yielded:
-            yielded.append(True)
-            transport._wake()  # another green thread ran meanwhile
-        return real_read(fd, n)
-
-    try:
-        transport._wake()
-        monkeypatch.setattr(transport_module.os, "read", read_that_yields)
-        transport._wait(0)
-        assert yielded
-        transport._wake()  # the next event
-        readable, _, _ = select.select([transport._wake_r], [], [], 0)
-        assert readable, "the wake pipe was left empty with its flag set: every later wake is lost"
-    finally:
-        monkeypatch.undo()
-        os.close(transport._wake_r)
-        os.close(transport._wake_w)
+    transport._wake()
+    started = time.monotonic()
+    transport._wait(30)
+    assert time.monotonic() - started < 10  # at once, not after the 30 s timeout
+    assert not transport._wakeup.is_set()
+    waker = threading.Timer(0.05, transport._wake)  # from another thread, mid-wait
+    waker.start()
+    started = time.monotonic()
+    transport._wait(30)
+    waker.join()
+    assert time.monotonic() - started < 10
 
 
 def test_a_release_said_twice_does_not_stop_the_listener_under_another_connection(pgsql_url):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import select
 import threading
 from collections import deque
 from time import monotonic
@@ -63,8 +61,7 @@ class Transport(virtual.Transport):
         self._direct_inbox = deque()  # (queue, payload) of direct replies not yet delivered
         self._dirty = set()  # queues that may hold messages to claim
         self._dirty_lock = threading.Lock()
-        self._wake_r = self._wake_w = None
-        self._wake_pending = False
+        self._wakeup = threading.Event()  # set by the listener, an ack, a consume
         self._next_sweep = 0.0
 
     def driver_version(self):
@@ -87,9 +84,6 @@ class Transport(virtual.Transport):
         """``channel`` consumes ``queue``: be woken for it, and take its direct replies."""
         if self._listener is None:
             self._listener = NotifyListener.acquire(self._dsn, self.connect_db, self)
-            self._wake_r, self._wake_w = os.pipe()
-            os.set_blocking(self._wake_r, False)
-            os.set_blocking(self._wake_w, False)
         self._consuming[queue] = channel
         consumer = (queue, channel._backend[0], str(consumer_tag)) if self.direct_replies else None
         self._listener.subscribe(self, queue, consumer)
@@ -121,28 +115,14 @@ class Transport(virtual.Transport):
             self._dirty.update(queues)
 
     def _wake(self):
-        # At most one byte in the pipe: a full pipe would make eventlet's green
-        # os.write wait, and two green threads waiting on one fd is an error.
-        if self._wake_w is not None and not self._wake_pending:
-            self._wake_pending = True
-            try:
-                os.write(self._wake_w, b"!")
-            except (BlockingIOError, OSError):
-                pass  # full (a wake is pending anyway) or closed with the connection
+        self._wakeup.set()
 
     def _wait(self, seconds):
-        if self._wake_r is None:  # consuming nothing: nothing can wake us
-            select.select([], [], [], seconds)
-            return
-        readable, _, _ = select.select([self._wake_r], [], [], seconds)
-        if readable:
-            # One read: the pipe is readable, and a loop would block a green thread
-            # (eventlet's os.read waits for data instead of raising). The flag is
-            # cleared after it: eventlet's read yields first, and a wake written
-            # meanwhile would be read with this one and leave the flag set for good.
-            # Whoever wakes us changed state first, and the caller looks at it next.
-            os.read(self._wake_r, 65536)
-            self._wake_pending = False
+        # An Event, not a pipe: under eventlet a set is a green switch, with no
+        # syscalls. Cleared after the wait: whoever set it changed state first,
+        # and the caller looks at that state next.
+        self._wakeup.wait(seconds)
+        self._wakeup.clear()
 
     # -- draining ------------------------------------------------------------------
 
@@ -204,7 +184,3 @@ class Transport(virtual.Transport):
             listener, self._listener = self._listener, None
             if listener is not None:
                 listener.release(self)
-            for fd in (self._wake_r, self._wake_w):
-                if fd is not None:
-                    os.close(fd)
-            self._wake_r = self._wake_w = None
