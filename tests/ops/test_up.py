@@ -3,7 +3,11 @@ process restarted, a truthful /readyz, a PostgreSQL restart survived, an
 orderly stop on SIGTERM, and a second ``up`` that resumes on the same data."""
 
 import os
+import re
 import signal
+from urllib.parse import quote
+
+import psycopg2
 
 from shared.db.embedded import EmbeddedPostgres
 from tests.ops.stack import NAMES
@@ -59,6 +63,14 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     stack.wait_ready()
     assert stack.get(f"/api/work-orders/{before['id']}", token)[1]["code"] == before["code"]
 
+    # /readyz may still answer from its 1 s cache; wait until the line_controller
+    # consumes its RPC queue again (before that, a command is a 503 "try again").
+    database = re.search(r"database: postgresql://postgres:\*\*\*@127\.0\.0\.1:\d+/(\S+)",
+                         out).group(1)
+    url = (f"postgresql://postgres:{quote((stack.data_dir / 'pg.password').read_text().strip(), safe='')}"
+           f"@127.0.0.1:{stack.pg_port}/{database}")
+    wait_for(lambda: live_rpc_consumers(url, "line_controller") > 0, 60, 0.1,
+             "the line_controller consuming again")
     # The first command after it goes through: a pooled client whose connection died
     # is replaced and the command sent again (same id: it runs once).
     code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
@@ -80,3 +92,16 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     code, body = stack.get(f"/api/work-orders/{order['id']}", token)
     assert code == 200 and body["code"] == order["code"]
     assert stack.terminate() == 0
+
+
+def live_rpc_consumers(url: str, service: str) -> int:
+    """Consumers of the service's RPC queue whose database session is alive."""
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM mq_consumer c JOIN pg_stat_activity a"
+                        " ON a.pid = c.backend_pid AND a.backend_start = c.backend_started"
+                        " WHERE c.queue = %s", (f"rpc-{service}",))
+            return cur.fetchone()[0]
+    finally:
+        conn.close()

@@ -208,3 +208,12 @@ def test_a_release_said_twice_does_not_stop_the_listener_under_another_connectio
                 Producer(other).publish("still woken", exchange="work", routing_key="w")
             drain_until(two, received, 1, timeout=5)  # by its listener, not the 60 s sweep
             assert received == ["still woken"]
+
+
+def test_the_urls_own_session_options_are_kept_beside_the_transports(pgsql_url):
+    url = pgsql_url + ("&" if "?" in pgsql_url else "?") + "options=-c%20statement_timeout%3D12345"
+    with Connection(url) as conn:
+        channel = conn.default_channel
+        assert channel._query("SHOW statement_timeout") == [("12345ms",)]
+        assert channel._query("SHOW synchronous_commit") == [("off",)]
+        assert channel._query("SHOW plan_cache_mode") == [("force_generic_plan",)]

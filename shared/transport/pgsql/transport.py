@@ -7,6 +7,7 @@ from collections import deque
 from time import monotonic
 
 import psycopg2
+import psycopg2.extensions
 from kombu.transport import virtual
 
 from .channel import Channel
@@ -23,6 +24,11 @@ def connection_dsn(url: str) -> str:
     if not sep or scheme not in ("pgsql", "postgresql", "postgres"):
         raise ValueError(f"not a pgsql:// URL: {url!r}")
     return "postgresql://" + rest
+
+
+SESSION_OPTIONS = ("-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
+                   " -c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2"
+                   " -c tcp_keepalives_count=2")
 
 
 class Transport(virtual.Transport):
@@ -56,6 +62,8 @@ class Transport(virtual.Transport):
         self.durable_publish = bool(options.get("durable_publish", True))
         self.direct_replies = bool(options.get("direct_replies", True))
         self._dsn = connection_dsn(client.hostname)
+        # The URL's own ``options`` (e.g. a search_path) come first; ours are added.
+        self._url_options = psycopg2.extensions.parse_dsn(self._dsn).get("options", "")
         self._listener = None  # the process's NotifyListener, once this consumes
         self._consuming = {}  # queue -> the channel consuming it
         self._direct_inbox = deque()  # (queue, payload) of direct replies not yet delivered
@@ -72,9 +80,8 @@ class Transport(virtual.Transport):
         # need no WAL flush (see the package docstring); the prepared statements'
         # plans are made once; server-side keepalives end the backend of a
         # vanished client host within ~10 s, which is what releases its leases.
-        conn = psycopg2.connect(self._dsn, application_name="kombu-pgsql", options=(
-            "-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
-            " -c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=2"))
+        conn = psycopg2.connect(self._dsn, application_name="kombu-pgsql",
+                                options=f"{self._url_options} {SESSION_OPTIONS}".strip())
         conn.autocommit = True
         return conn
 
