@@ -55,20 +55,13 @@ from shared.db.engine import make_engine  # noqa: E402
 from shared.db.migrate import upgrade  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
 from tests.bench.bench_event_loop import bench_layout, run_loop, stage, stream  # noqa: E402
+from tests.bench.bench_transport import rabbit_answers  # noqa: E402
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rabbit_answers() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5672), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def transport(db_url: str, kind: str):
