@@ -67,6 +67,23 @@ class RecoveryConfirmSchema(Schema):
     manualActionIds = fields.List(fields.Integer(**_id), validate=validate.Length(max=1000))
 
 
+class ShelveSchema(Schema):
+    minutes = fields.Integer(required=True, strict=True, validate=validate.Range(min=1, max=1440))
+    reason = fields.String(required=True, validate=validate.Length(min=1, max=MAX_STRING))
+
+
+class WindowArgsSchema(Schema):
+    """A time window: ISO-8601 instants (no offset: UTC); parsed by gateway.api.stats."""
+    from_ = fields.String(data_key="from", validate=validate.Length(min=1, max=64),
+                          metadata={"format": "date-time"})
+    to = fields.String(validate=validate.Length(min=1, max=64), metadata={"format": "date-time"})
+
+
+class TimelineArgsSchema(WindowArgsSchema):
+    equipmentId = fields.String(validate=validate.Length(min=1, max=64))
+    limit = fields.Integer(load_default=10000, validate=validate.Range(min=1, max=10000))
+
+
 class ListArgsSchema(Schema):
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
     cursor = fields.String(validate=validate.Regexp(r"^[0-9]{1,19}$", error="not a cursor"))
@@ -74,6 +91,16 @@ class ListArgsSchema(Schema):
 
 class StatusListArgsSchema(ListArgsSchema):
     status = fields.String(validate=validate.Length(min=1, max=MAX_STRING))
+
+
+class AlarmListArgsSchema(StatusListArgsSchema):
+    """Alarm history: any of these filters; ``from``/``to`` bound ``raisedAt``."""
+    code = fields.String(validate=validate.Length(min=1, max=64))
+    equipmentId = fields.String(validate=validate.Length(min=1, max=64))
+    severity = fields.String(validate=validate.Length(min=1, max=MAX_STRING))
+    from_ = fields.String(data_key="from", validate=validate.Length(min=1, max=64),
+                          metadata={"format": "date-time"})
+    to = fields.String(validate=validate.Length(min=1, max=64), metadata={"format": "date-time"})
 
 
 class OrderListArgsSchema(StatusListArgsSchema):
@@ -157,6 +184,10 @@ class AlarmSchema(Schema):
     acknowledgedBy = _nullable_str()
     clearedAt = _time()
     clearedBy = _nullable_str()
+    shelvedUntil = _time()
+    shelveReason = _nullable_str()
+    shelvedBy = _nullable_str()
+    shelvedAt = _time()
 
 
 class ManualActionSchema(Schema):
@@ -265,3 +296,72 @@ class LineSchema(Schema):
 
 class ProductListSchema(Schema):
     items = fields.List(fields.Dict())
+
+
+# -- production figures (shared.production_stats) -------------------------------
+
+
+def _ratio():
+    return fields.Float(allow_none=True, validate=validate.Range(min=0, max=1))
+
+
+class LineFiguresSchema(Schema):
+    completed = fields.Integer()
+    scrapped = fields.Integer()
+    throughputPerHour = fields.Float(allow_none=True)
+    scrapRate = _ratio()
+    observedSeconds = fields.Float()
+
+
+class MachineFiguresSchema(Schema):
+    id = fields.String()
+    utilization = _ratio()
+    availability = _ratio()
+    performance = _ratio()
+    quality = _ratio()
+    oee = _ratio()
+    cycles = fields.Integer()
+    meanCycleSeconds = fields.Float(allow_none=True)
+    p95CycleSeconds = fields.Float(allow_none=True)
+    idealCycleSeconds = fields.Float()
+    observedSeconds = fields.Float()
+    secondsByState = fields.Dict(keys=fields.String(), values=fields.Float())
+
+
+class HourFiguresSchema(Schema):
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    completed = fields.Integer()
+    scrapped = fields.Integer()
+
+
+class StatsSchema(Schema):
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    to = fields.String(metadata={"format": "date-time"})
+    line = fields.Nested(LineFiguresSchema)
+    equipment = fields.List(fields.Nested(MachineFiguresSchema))
+    hourly = fields.List(fields.Nested(HourFiguresSchema))
+
+
+class TimelineItemSchema(Schema):
+    equipmentId = fields.String()
+    state = fields.String(validate=validate.OneOf(("PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT")))
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    to = fields.String(metadata={"format": "date-time"})
+
+
+class TimelineSchema(Schema):
+    items = fields.List(fields.Nested(TimelineItemSchema))
+    truncated = fields.Boolean()
+
+
+class AlarmCountSchema(Schema):
+    code = fields.String()
+    count = fields.Integer()
+    open = fields.Integer()
+    lastRaisedAt = _time()
+
+
+class AlarmCountsSchema(Schema):
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    to = fields.String(metadata={"format": "date-time"})
+    items = fields.List(fields.Nested(AlarmCountSchema))

@@ -28,7 +28,10 @@ class EquipmentSpec:
     kind: str
     slots: int
     batch: bool
-    cycle_seconds: float
+    cycle_seconds: float  # what the simulator plays
+    # The time a cycle should take (OEE's performance: ideal × cycles ÷ run
+    # time); a batch machine's cycle is one batch run.
+    ideal_cycle_seconds: float = 0.0
     plc: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -145,7 +148,8 @@ class Layout:
             "tools": [{"id": t.id, "kind": t.kind, "name": t.name} for t in self.tools],
             "equipment": [
                 {"id": e.id, "name": e.name, "kind": e.kind, "slots": e.slots,
-                 "batch": e.batch, "cycleSeconds": e.cycle_seconds}
+                 "batch": e.batch, "cycleSeconds": e.cycle_seconds,
+                 "idealCycleSeconds": e.ideal_cycle_seconds}
                 for e in self.equipment
             ],
         }
@@ -162,6 +166,17 @@ def _require(mapping: dict, key: str, where: str):
     if not isinstance(mapping, dict) or key not in mapping:
         raise LayoutError(f"{where}: missing {key!r}")
     return mapping[key]
+
+
+def _seconds(mapping: dict, key: str, default, where: str) -> float:
+    value = mapping.get(key, default)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise LayoutError(f"{where}: {key} must be a number of seconds") from None
+    if not 0 < seconds <= 86400:
+        raise LayoutError(f"{where}: {key} must be more than 0 and at most 86400")
+    return seconds
 
 
 def parse_layout(data: dict) -> Layout:
@@ -190,7 +205,8 @@ def parse_layout(data: dict) -> Layout:
                 kind=str(_require(e, "kind", where)),
                 slots=slots,
                 batch=bool(e.get("batch", False)),
-                cycle_seconds=float(e.get("cycleSeconds", 10)),
+                cycle_seconds=_seconds(e, "cycleSeconds", 10, where),
+                ideal_cycle_seconds=_seconds(e, "idealCycleSeconds", e.get("cycleSeconds", 10), where),
                 plc=dict(e.get("plc") or {}),
             )
         )

@@ -115,6 +115,10 @@ def alarm(a) -> dict:
         "acknowledgedBy": a.acknowledged_by,
         "clearedAt": iso(a.cleared_at),
         "clearedBy": a.cleared_by,
+        "shelvedUntil": iso(a.shelved_until),
+        "shelveReason": a.shelve_reason,
+        "shelvedBy": a.shelved_by,
+        "shelvedAt": iso(a.shelved_at),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from flask import current_app, g, jsonify, request
 from sqlalchemy import select
@@ -77,7 +78,7 @@ def get_or_404(model, key, what: str, serializer):
     return reply(serializer(row))
 
 
-def parse_statuses(raw: str | None, allowed: tuple[str, ...]) -> list[str] | None:
+def parse_statuses(raw: str | None, allowed: tuple[str, ...], name: str = "status") -> list[str] | None:
     """``?status=A,B`` → ["A", "B"], each one of ``allowed`` (400 otherwise)."""
     if raw is None:
         return None
@@ -85,8 +86,27 @@ def parse_statuses(raw: str | None, allowed: tuple[str, ...]) -> list[str] | Non
     bad = [v for v in values if v not in allowed]
     if bad or not values:
         raise ApiError(400, "VALIDATION_ERROR",
-                       f"status: must be one or more of {', '.join(allowed)} (comma-separated)")
+                       f"{name}: must be one or more of {', '.join(allowed)} (comma-separated)")
     return values
+
+
+def parse_instant(name: str, raw: str | None) -> datetime | None:
+    """A query's ISO-8601 instant, in UTC; one without an offset is UTC."""
+    if raw is None:
+        return None
+    try:
+        when = datetime.fromisoformat(raw.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ApiError(400, "VALIDATION_ERROR", f"{name}: not an ISO-8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        when = when.astimezone(UTC)
+    except OverflowError:
+        raise ApiError(400, "VALIDATION_ERROR", f"{name}: out of range") from None
+    if not 1970 <= when.year <= 9998:
+        raise ApiError(400, "VALIDATION_ERROR", f"{name}: out of range")
+    return when
 
 
 def page(model, key_column, args: dict, serializer, *filters) -> dict:

@@ -334,7 +334,7 @@ class DBState:
             raise ValueError(terminal)
         job = self._one(
             f"WITH j AS (UPDATE job SET status = :t, held_status = NULL, temp_slot_no = NULL, "
-            f"  position_type = 'OUT', position_ref_id = NULL, finished_at = now(), "
+            f"  position_type = 'OUT', position_ref_id = NULL, finished_at = :now, "
             f"  version = version + 1, updated_at = now() "
             f"  WHERE id = :id AND status NOT IN {_JOB_TERMINAL_SQL} RETURNING *), "
             f"o AS (UPDATE work_order SET "
@@ -342,7 +342,7 @@ class DBState:
             f"  scrapped_qty = work_order.scrapped_qty + CASE WHEN :t = 'SCRAPPED' THEN 1 ELSE 0 END, "
             f"  version = work_order.version + 1, updated_at = now() "
             f"  FROM j WHERE work_order.id = j.work_order_id AND :t <> 'CANCELLED' RETURNING work_order.id) "
-            f"SELECT * FROM j", id=job_id, t=terminal)
+            f"SELECT * FROM j", id=job_id, t=terminal, now=self.now)
         self._must(job, f"job {job_id} is already finished")
         self.emit("JobFinished", serialize.job(job))
         if terminal != "CANCELLED":
@@ -388,6 +388,106 @@ class DBState:
             self.conn.execute(text(
                 "DELETE FROM equipment_slot WHERE equipment_id = :id AND slot_no > :c AND status = 'EMPTY'"),
                 {"id": e.id, "c": e.slots})
+
+    # -- the machine-state rollup (behind /api/stats; docs/stats.md) -------------------
+
+    # A machine's state from its row, its slots and their jobs. PROCESSING from the
+    # moment the loop starts a cycle (its jobs are PROCESSING from then on) until
+    # the piece is done, whether or not the start's own result has come back.
+    _MACHINE_STATE_SQL = (
+        "SELECT e.id, e.batch, i.state AS open_state, CASE "
+        "  WHEN e.status IN ('FAULT', 'OFFLINE') THEN 'FAULT' "
+        "  WHEN e.status = 'RUNNING' OR EXISTS (SELECT 1 FROM equipment_slot s JOIN job j "
+        "    ON j.id = s.current_job_id WHERE s.equipment_id = e.id AND s.status = 'OCCUPIED' "
+        "    AND (j.status = 'PROCESSING' OR j.held_status = 'PROCESSING')) THEN 'PROCESSING' "
+        "  WHEN EXISTS (SELECT 1 FROM equipment_slot s WHERE s.equipment_id = e.id "
+        "    AND s.status = 'DONE') THEN 'WAITING_UNLOAD' "
+        "  ELSE 'IDLE' END AS state "
+        "FROM equipment e LEFT JOIN machine_state_interval i "
+        "  ON i.equipment_id = e.id AND i.ended_at IS NULL "
+        "WHERE e.id = ANY(:ids) ORDER BY e.id")
+
+    def track_machines(self, equipment_ids: list[str] | None = None) -> None:
+        """Keep ``machine_state_interval`` and ``machine_cycle`` in step with this
+        transaction's events (or, at start-up, with ``equipment_ids`` as they are).
+
+        Only equipment that an event touched is looked at, and a state that did not
+        change writes nothing, so a transaction pays one SELECT at most. A change
+        closes the open interval and opens the next at the transaction's time (the
+        events' ``at``) and is itself an event, ``MachineStateChanged``."""
+        touched: set[str] = set(equipment_ids or ())
+        requested: dict[str, list[int]] = {}  # cycles the loop started: equipment → jobs
+        done: dict[str, list[int]] = {}  # slots that went DONE: equipment → jobs
+        emptied: set[str] = set()
+        for type_, p in self.events:
+            if type_ == "SlotChanged":
+                touched.add(p["equipmentId"])
+                if p["status"] == "DONE":
+                    done.setdefault(p["equipmentId"], []).append(p["currentJobId"])
+                elif p["status"] == "EMPTY":
+                    emptied.add(p["equipmentId"])
+            elif type_ == "EquipmentChanged":
+                touched.add(p["id"])
+            elif p.get("positionType") == "ON_EQUIPMENT" and p.get("positionRefId"):
+                equipment_id = p["positionRefId"].rsplit(":", 1)[0]
+                touched.add(equipment_id)
+                if type_ == "JobClaimed" and p.get("status") == "PROCESSING":
+                    requested.setdefault(equipment_id, []).append(p["id"])
+        if not touched:
+            return
+        rows = self._all(self._MACHINE_STATE_SQL, ids=sorted(touched))
+        batch = {r.id: r.batch for r in rows}
+        for equipment_id, job_ids in done.items():
+            self._end_cycles(equipment_id, job_ids)
+        for equipment_id in emptied:  # pieces that left without DONE: their cycle is void
+            self._abort_cycles_without_pieces(equipment_id)
+        for equipment_id, job_ids in requested.items():
+            groups = [job_ids] if batch.get(equipment_id) else [[j] for j in job_ids]
+            for group in groups:
+                self._request_cycle(equipment_id, group)
+        changed = [{"e": r.id, "s": r.state} for r in rows if r.state != r.open_state]
+        if not changed:
+            return
+        # The scalar subquery runs first (an initplan), so the open rows are closed
+        # before the new ones meet the one-open-interval-per-machine index.
+        self.conn.execute(text(
+            "WITH c AS (SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(e text, s text)), "
+            "closed AS (UPDATE machine_state_interval i SET ended_at = :now FROM c "
+            "  WHERE i.equipment_id = c.e AND i.ended_at IS NULL RETURNING i.id) "
+            "INSERT INTO machine_state_interval (equipment_id, state, started_at) "
+            "SELECT c.e, c.s, :now FROM c WHERE (SELECT count(*) FROM closed) >= 0"),
+            {"rows": _json(changed), "now": self.now})
+        at = serialize.iso(self.now)
+        for c in changed:
+            self.emit("MachineStateChanged", {"equipmentId": c["e"], "state": c["s"], "since": at})
+
+    def _request_cycle(self, equipment_id: str, job_ids: list[int]) -> None:
+        # A job started again (after a failed start) voids the cycle it had open.
+        self.conn.execute(text(
+            "WITH v AS (UPDATE machine_cycle SET ended_at = :now, aborted = true "
+            "  WHERE equipment_id = :e AND ended_at IS NULL AND job_ids && CAST(:j AS bigint[])) "
+            "INSERT INTO machine_cycle (equipment_id, job_ids, requested_at) "
+            "VALUES (:e, CAST(:j AS bigint[]), :now)"),
+            {"e": equipment_id, "j": job_ids, "now": self.now})
+
+    def _end_cycles(self, equipment_id: str, job_ids: list[int]) -> None:
+        """A cycle ends when its pieces are done. It began when it was requested or,
+        on a machine that runs its pieces one after another, when the cycle before
+        it ended, whichever is later."""
+        self.conn.execute(text(
+            "UPDATE machine_cycle c SET ended_at = :now, started_at = GREATEST(c.requested_at, "
+            "  (SELECT max(p.ended_at) FROM machine_cycle p WHERE p.equipment_id = :e "
+            "   AND p.ended_at IS NOT NULL AND NOT p.aborted)) "
+            "WHERE c.equipment_id = :e AND c.ended_at IS NULL AND c.job_ids && CAST(:j AS bigint[])"),
+            {"e": equipment_id, "j": [j for j in job_ids if j is not None], "now": self.now})
+
+    def _abort_cycles_without_pieces(self, equipment_id: str) -> None:
+        self.conn.execute(text(
+            "UPDATE machine_cycle c SET ended_at = :now, aborted = true "
+            "WHERE c.equipment_id = :e AND c.ended_at IS NULL AND NOT EXISTS ("
+            "  SELECT 1 FROM equipment_slot s WHERE s.equipment_id = :e "
+            "  AND s.current_job_id = ANY(c.job_ids))"),
+            {"e": equipment_id, "now": self.now})
 
     # -- dock ------------------------------------------------------------------------
 
@@ -508,6 +608,38 @@ class DBState:
         self.emit("AlarmCleared", serialize.alarm(row))
         return row
 
+    def shelve_alarm(self, alarm_id: int, minutes: int, reason: str, actor: str):
+        """RAISED/ACKNOWLEDGED → SHELVED until now + ``minutes``; shelving a shelved
+        alarm again sets a new time and reason (it still returns to what it was)."""
+        row = self._must(self._one(
+            "UPDATE alarm SET status = 'SHELVED', "
+            "status_before_shelve = CASE WHEN status = 'SHELVED' THEN status_before_shelve ELSE status END, "
+            "shelved_until = CAST(:now AS timestamptz) + make_interval(mins => :mins), "
+            "shelve_reason = :r, shelved_by = :a, shelved_at = :now "
+            "WHERE id = :id AND status IN ('RAISED', 'ACKNOWLEDGED', 'SHELVED') RETURNING *",
+            id=alarm_id, mins=minutes, r=reason, a=actor, now=self.now),
+            f"alarm {alarm_id} is cleared")
+        self.emit("AlarmShelved", serialize.alarm(row))
+        return row
+
+    def unshelve_alarm(self, alarm_id: int, actor: str):
+        row = self._must(self._one(
+            "UPDATE alarm SET status = status_before_shelve, status_before_shelve = NULL, "
+            "shelved_until = NULL WHERE id = :id AND status = 'SHELVED' RETURNING *", id=alarm_id),
+            f"alarm {alarm_id} is not SHELVED")
+        self.emit("AlarmUnshelved", {**serialize.alarm(row), "unshelvedBy": actor})
+        return row
+
+    def expire_shelves(self):
+        """Shelved alarms whose time is up return to what they were."""
+        rows = self._all(
+            "UPDATE alarm SET status = status_before_shelve, status_before_shelve = NULL, "
+            "shelved_until = NULL WHERE status = 'SHELVED' AND shelved_until <= :now RETURNING *",
+            now=self.now)
+        for row in sorted(rows, key=lambda r: r.id):
+            self.emit("AlarmUnshelved", {**serialize.alarm(row), "unshelvedBy": "expiry"})
+        return rows
+
     def create_manual_action(self, kind: str, text_: str, choices: list[str], *,
                              job_id: int | None = None, equipment_id: str | None = None,
                              alarm_id: int | None = None, context: dict | None = None):
@@ -546,9 +678,11 @@ class DBState:
         ``loop_message``, the events in ``event_log`` (numbered from ``first_seq``) and
         the audit row of a command. Returns the frames, or None when the message id
         was already handled (a duplicate: the caller rolls back, nothing changes).
+        The machine-state rollup follows the events first (:meth:`track_machines`).
 
         The duplicate check comes last on purpose: duplicates are rare, and checking
         here instead of before the handler saves a round trip per message."""
+        self.track_machines()
         frames = self._frames(first_seq, tx_id)
         ctes, params = [], {"frames": _json(frames), "tx": tx_id, "at": self.now,
                             "mid": msg.id if msg is not None else None}

@@ -136,6 +136,7 @@ class EventLoop:
         with self.engine.begin() as conn:
             db = DBState(conn)
             db.sync_equipment(self.layout)
+            db.track_machines([e.id for e in self.layout.equipment])
             self.last_seq, self.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
             in_process = recover and db.pieces_in_process() > 0

@@ -254,6 +254,30 @@ class AcknowledgeAlarm:
         _positive("alarmId", self.alarm_id)
 
 
+MAX_SHELVE_MINUTES = 1440  # ISA-18.2: a shelf is time-limited; a day at most
+
+
+@dataclass(frozen=True)
+class ShelveAlarm:
+    alarm_id: int = _key("alarmId")
+    minutes: int = _key("minutes")
+    reason: str = _key("reason")
+
+    def validate(self):
+        _positive("alarmId", self.alarm_id)
+        if not 1 <= self.minutes <= MAX_SHELVE_MINUTES:
+            raise ValidationError("minutes", f"must be 1..{MAX_SHELVE_MINUTES}")
+
+
+@dataclass(frozen=True)
+class UnshelveAlarm:
+    alarm_id: int = _key("alarmId")
+    note: str | None = None
+
+    def validate(self):
+        _positive("alarmId", self.alarm_id)
+
+
 # -- external events ----------------------------------------------------------------
 
 
@@ -383,7 +407,8 @@ for _cls in (StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, Resum
     dataclass(frozen=True)(_cls)
 
 COMMANDS = (CreateOrder, StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, ResumeJob,
-            ReworkJob, ConfirmRecovery, ResolveManualAction, AcknowledgeAlarm)
+            ReworkJob, ConfirmRecovery, ResolveManualAction, AcknowledgeAlarm, ShelveAlarm,
+            UnshelveAlarm)
 EXTERNAL_EVENTS = (MachineDone, InspectionResult, PalletArrived, StepTimeout, RefillRequested,
                    ScheduleTick, RecoveryCheck, HardwareStopping)
 WORKER_RESULTS = (RobotActionSucceeded, RobotActionFailed, ToolActionSucceeded, ToolActionFailed,

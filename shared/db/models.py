@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy import (
     text as sql_text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -62,7 +62,10 @@ TASK_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 SLOT_STATUSES = ("EMPTY", "OCCUPIED", "DONE")
 EQUIPMENT_STATUSES = ("IDLE", "RUNNING", "FAULT", "OFFLINE")
 ALARM_SEVERITIES = ("INFO", "WARNING", "ERROR", "CRITICAL")
-ALARM_STATUSES = ("RAISED", "ACKNOWLEDGED", "CLEARED")
+ALARM_STATUSES = ("RAISED", "ACKNOWLEDGED", "SHELVED", "CLEARED")
+ALARM_ACTIVE = ("RAISED", "ACKNOWLEDGED")  # what the active list shows; SHELVED is hidden
+# A machine's state as /api/stats/timeline draws it (docs/stats.md: how it is derived).
+MACHINE_STATES = ("PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT")
 MANUAL_ACTION_STATUSES = ("OPEN", "RESOLVED")
 LOOP_MESSAGE_STATUSES = ("QUEUED", "HANDLED", "REJECTED", "DUPLICATE", "STALE", "FAILED")
 
@@ -133,6 +136,7 @@ class Job(Base):
         CheckConstraint(_in("position_type", POSITION_TYPES), name="position_type"),
         Index("ix_job_work_order_id_seq_no", "work_order_id", "seq_no", unique=True),
         Index("ix_job_status", "status"),
+        Index("ix_job_finished_at", "finished_at", postgresql_where=sql_text("finished_at IS NOT NULL")),
         Index("ix_job_temp_slot_no", "temp_slot_no", postgresql_where=sql_text("temp_slot_no IS NOT NULL")),
     )
 
@@ -213,6 +217,8 @@ class Task(Base):
         CheckConstraint(_in("status", TASK_STATUSES), name="status"),
         Index("ix_task_status", "status"),
         Index("ix_task_job_id", "job_id"),
+        # A batch task names its first job in job_id and every job in params.jobIds.
+        Index("ix_task_job_ids", sql_text("(params -> 'jobIds')"), postgresql_using="gin"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -233,13 +239,17 @@ class Task(Base):
 
 
 class Alarm(Base):
-    """raised → acknowledged → cleared, each step with who and when."""
+    """raised → acknowledged → cleared, each step with who and when. RAISED or
+    ACKNOWLEDGED may be SHELVED for a while (ISA-18.2): hidden from the active
+    list, back to ``status_before_shelve`` by hand or when ``shelved_until`` passes."""
 
     __tablename__ = "alarm"
     __table_args__ = (
         CheckConstraint(_in("status", ALARM_STATUSES), name="status"),
         CheckConstraint(_in("severity", ALARM_SEVERITIES), name="severity"),
         Index("ix_alarm_status", "status"),
+        Index("ix_alarm_raised_at", "raised_at"),
+        Index("ix_alarm_shelved_until", "shelved_until", postgresql_where=sql_text("status = 'SHELVED'")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -255,6 +265,53 @@ class Alarm(Base):
     acknowledged_by: Mapped[str | None] = mapped_column(String(200))
     cleared_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cleared_by: Mapped[str | None] = mapped_column(String(200))
+    shelved_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    shelve_reason: Mapped[str | None] = mapped_column(String(200))
+    shelved_by: Mapped[str | None] = mapped_column(String(200))
+    shelved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status_before_shelve: Mapped[str | None] = mapped_column(String(16))
+
+
+class MachineStateInterval(Base):
+    """The loop's rollup of a machine's state: one row per stretch of PROCESSING,
+    IDLE, WAITING_UNLOAD or FAULT, the open one with ``ended_at`` NULL. The loop
+    writes it in the transaction that changes the state, so /api/stats never
+    scans the event log."""
+
+    __tablename__ = "machine_state_interval"
+    __table_args__ = (
+        CheckConstraint(_in("state", MACHINE_STATES), name="state"),
+        Index("ix_machine_state_interval_equipment_id", "equipment_id", "started_at"),
+        Index("ix_machine_state_interval_open", "equipment_id", unique=True,
+              postgresql_where=sql_text("ended_at IS NULL")),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    equipment_id: Mapped[str] = mapped_column(ForeignKey("equipment.id"), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class MachineCycle(Base):
+    """One cycle of a machine: a piece on a single-piece machine, a batch run on a
+    batch machine. Requested when the loop starts it; ``started_at`` is when it
+    really began (after the cycle before it on the same machine), ``ended_at``
+    when its slots went DONE. A cycle whose pieces left without DONE is ``aborted``."""
+
+    __tablename__ = "machine_cycle"
+    __table_args__ = (
+        Index("ix_machine_cycle_equipment_id", "equipment_id", "ended_at"),
+        Index("ix_machine_cycle_open", "equipment_id", postgresql_where=sql_text("ended_at IS NULL")),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    equipment_id: Mapped[str] = mapped_column(ForeignKey("equipment.id"), nullable=False)
+    job_ids: Mapped[list] = mapped_column(ARRAY(BigInteger), nullable=False)
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    aborted: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
 
 
 class ManualAction(Base):
@@ -388,6 +445,8 @@ class AiRuntimeJob(Base):
         Index("ix_ai_runtime_job_user_id", "user_id"),
         Index("ix_ai_runtime_job_target", "target_type", "target_id"),
         Index("ix_ai_runtime_job_lock_until", "lock_until"),
+        Index("ix_ai_runtime_job_finished_at", "finished_at",
+              postgresql_where=sql_text("finished_at IS NOT NULL")),
         # Creation idempotency (spec): scoped to these five.
         Index(
             "uq_ai_runtime_job_idempotency",

@@ -13,7 +13,7 @@ integrator runs the same tests against the real service.
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from nameko.events import EventDispatcher
 from nameko.rpc import rpc
@@ -145,6 +145,28 @@ def _job_step(s, p, actor, kind):
     return serialize.job(job), [(f"Job{kind.title()}ed", serialize.job(job))]
 
 
+def _shelve_alarm(s, p, actor):
+    alarm = _load(s, Alarm, p["alarmId"], "alarm")
+    if alarm.status == "CLEARED":
+        raise Rejected("INVALID_TRANSITION", f"alarm {alarm.id} is CLEARED")
+    now = datetime.now(UTC)
+    if alarm.status != "SHELVED":
+        alarm.status_before_shelve = alarm.status
+    alarm.status, alarm.shelved_until = "SHELVED", now + timedelta(minutes=p["minutes"])
+    alarm.shelve_reason, alarm.shelved_by, alarm.shelved_at = p["reason"], actor, now
+    s.flush()
+    return serialize.alarm(alarm), [("AlarmShelved", serialize.alarm(alarm))]
+
+
+def _unshelve_alarm(s, p, actor):
+    alarm = _load(s, Alarm, p["alarmId"], "alarm")
+    if alarm.status != "SHELVED":
+        raise Rejected("INVALID_TRANSITION", f"alarm {alarm.id} is {alarm.status}, not SHELVED")
+    alarm.status, alarm.status_before_shelve, alarm.shelved_until = alarm.status_before_shelve, None, None
+    s.flush()
+    return serialize.alarm(alarm), [("AlarmUnshelved", serialize.alarm(alarm))]
+
+
 def _ack_alarm(s, p, actor):
     alarm = _load(s, Alarm, p["alarmId"], "alarm")
     if alarm.status != "RAISED":
@@ -188,6 +210,8 @@ HANDLERS = {
     "ResumeJob": lambda s, p, a: _job_step(s, p, a, "resume"),
     "ReworkJob": lambda s, p, a: _job_step(s, p, a, "rework"),
     "AcknowledgeAlarm": _ack_alarm,
+    "ShelveAlarm": _shelve_alarm,
+    "UnshelveAlarm": _unshelve_alarm,
     "ResolveManualAction": _resolve,
     "ConfirmRecovery": _confirm_recovery,
 }

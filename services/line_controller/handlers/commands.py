@@ -247,14 +247,35 @@ def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
     return {"confirmed": ids}
 
 
-def acknowledge_alarm(cmd: m.AcknowledgeAlarm, ctx):
-    ctx.target = ("alarm", str(cmd.alarm_id))
-    alarm = ctx.db.alarm(cmd.alarm_id)
+def _alarm(ctx, alarm_id):
+    ctx.target = ("alarm", str(alarm_id))
+    alarm = ctx.db.alarm(alarm_id)
     if alarm is None:
-        raise Rejected("NOT_FOUND", f"alarm {cmd.alarm_id} does not exist")
+        raise Rejected("NOT_FOUND", f"alarm {alarm_id} does not exist")
+    return alarm
+
+
+def acknowledge_alarm(cmd: m.AcknowledgeAlarm, ctx):
+    alarm = _alarm(ctx, cmd.alarm_id)
     if alarm.status != "RAISED":
         raise _invalid(f"alarm {alarm.id} is {alarm.status}")
     return serialize.alarm(ctx.db.acknowledge_alarm(alarm.id, ctx.actor))
+
+
+def shelve_alarm(cmd: m.ShelveAlarm, ctx):
+    """Hide an alarm from the active list for a while (ISA-18.2 shelving). Only
+    the alarm changes: the line, its jobs and the manual actions do not."""
+    alarm = _alarm(ctx, cmd.alarm_id)
+    if alarm.status == "CLEARED":
+        raise _invalid(f"alarm {alarm.id} is CLEARED")
+    return serialize.alarm(ctx.db.shelve_alarm(alarm.id, cmd.minutes, cmd.reason, ctx.actor))
+
+
+def unshelve_alarm(cmd: m.UnshelveAlarm, ctx):
+    alarm = _alarm(ctx, cmd.alarm_id)
+    if alarm.status != "SHELVED":
+        raise _invalid(f"alarm {alarm.id} is {alarm.status}, not SHELVED")
+    return serialize.alarm(ctx.db.unshelve_alarm(alarm.id, ctx.actor))
 
 
 HANDLERS = {
@@ -262,5 +283,6 @@ HANDLERS = {
     "ResumeOrder": resume_order, "CancelOrder": cancel_order, "SuspendJob": suspend_job,
     "ResumeJob": resume_job, "ReworkJob": rework_job,
     "ResolveManualAction": resolve_manual_action, "ConfirmRecovery": confirm_recovery,
-    "AcknowledgeAlarm": acknowledge_alarm,
+    "AcknowledgeAlarm": acknowledge_alarm, "ShelveAlarm": shelve_alarm,
+    "UnshelveAlarm": unshelve_alarm,
 }

@@ -8,7 +8,9 @@ from ..actions import apply_task_failure
 
 def schedule_tick(tick: m.ScheduleTick, ctx):
     """A periodic nudge: overdue tasks become StepTimeout messages (one per
-    task, de-duplicated by id); the scheduling round runs after every message."""
+    task, de-duplicated by id), shelved alarms whose time is up return; the
+    scheduling round runs after every message."""
+    ctx.db.expire_shelves()
     for task in ctx.db.overdue_tasks():
         ctx.follow_ups.append(m.new_message("StepTimeout", {"taskId": task.id},
                                             id=f"timeout-{task.id}"))

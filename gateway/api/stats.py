@@ -1,0 +1,86 @@
+"""Production figures for the operator: OEE and output over a window
+(``/api/stats``), the machine-state timeline (``/api/stats/timeline``) and how
+often each alarm code came (``/api/stats/alarms``). Reads only; the figures
+are defined in docs/stats.md and computed by ``shared.production_stats``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gateway import schemas
+from gateway.api.blueprint import Blueprint
+from gateway.api.common import (
+    QUERY_ERRORS,
+    context,
+    document_errors,
+    parse_instant,
+    read_session,
+    reply,
+)
+from gateway.auth import require
+from gateway.errors import ApiError
+from shared import production_stats as ps
+
+blp = Blueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
+
+
+def window_of(args: dict) -> ps.Window:
+    """``from``/``to`` (default: the last 8 hours up to now), from before to, at
+    most 31 days: the cost of a request is bounded by its window."""
+    now = datetime.now(UTC)
+    end = parse_instant("to", args.get("to"))
+    start = parse_instant("from", args.get("from_"))
+    if end is None:
+        end = min(now, start + ps.DEFAULT_WINDOW) if start is not None else now
+    if start is None:
+        start = end - ps.DEFAULT_WINDOW
+    if start >= end:
+        raise ApiError(400, "VALIDATION_ERROR", "from: must be before to")
+    if end - start > ps.MAX_WINDOW:
+        raise ApiError(400, "VALIDATION_ERROR", f"to: the window is at most {ps.MAX_WINDOW.days} days")
+    return ps.Window(start, end, now)
+
+
+def ideal_scale() -> float:
+    """The simulator plays the layout's cycle times SIM_SPEED times faster, so
+    the ideal times run faster with it (docs/stats.md)."""
+    settings = context().settings
+    return settings.sim_speed if settings.plc == "sim" and settings.sim_speed > 0 else 1.0
+
+
+@blp.route("/api/stats", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.WindowArgsSchema, location="query")
+@blp.response(200, schemas.StatsSchema)
+@document_errors(blp, *QUERY_ERRORS)
+def get_stats(args):
+    window = window_of(args)
+    with read_session() as session:
+        figures = ps.production_figures(session.connection(), context().line_layout(), window,
+                                        ideal_scale=ideal_scale())
+    return reply(figures)
+
+
+@blp.route("/api/stats/timeline", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.TimelineArgsSchema, location="query")
+@blp.response(200, schemas.TimelineSchema)
+@document_errors(blp, *QUERY_ERRORS, 404)
+def get_timeline(args):
+    window = window_of(args)
+    equipment_id = args.get("equipmentId")
+    if equipment_id is not None and equipment_id not in {e.id for e in context().line_layout().equipment}:
+        raise ApiError(404, "NOT_FOUND", f"equipment {equipment_id[:64]!r} not found")
+    with read_session() as session:
+        return reply(ps.timeline(session.connection(), window, equipment_id, args["limit"]))
+
+
+@blp.route("/api/stats/alarms", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.WindowArgsSchema, location="query")
+@blp.response(200, schemas.AlarmCountsSchema)
+@document_errors(blp, *QUERY_ERRORS)
+def get_alarm_counts(args):
+    window = window_of(args)
+    with read_session() as session:
+        return reply(ps.alarm_counts(session.connection(), window))

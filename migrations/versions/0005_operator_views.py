@@ -1,0 +1,90 @@
+"""What an operator looks at: machine-state intervals and cycles (the loop's
+rollup behind /api/stats), alarm shelving, and the indexes of history queries
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-01 22:40:00
+"""
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = '0005'
+down_revision = '0004'
+branch_labels = None
+depends_on = None
+
+_OLD_ALARM = "status IN ('RAISED', 'ACKNOWLEDGED', 'CLEARED')"
+_NEW_ALARM = "status IN ('RAISED', 'ACKNOWLEDGED', 'SHELVED', 'CLEARED')"
+_MACHINE_STATES = "state IN ('PROCESSING', 'IDLE', 'WAITING_UNLOAD', 'FAULT')"
+
+
+def upgrade() -> None:
+    op.create_table(
+        'machine_state_interval',
+        sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column('equipment_id', sa.String(length=64), nullable=False),
+        sa.Column('state', sa.String(length=16), nullable=False),
+        sa.Column('started_at', sa.DateTime(timezone=True), nullable=False),
+        sa.Column('ended_at', sa.DateTime(timezone=True), nullable=True),
+        sa.CheckConstraint(_MACHINE_STATES, name=op.f('ck_machine_state_interval_state')),
+        sa.ForeignKeyConstraint(['equipment_id'], ['equipment.id'],
+                                name=op.f('fk_machine_state_interval_equipment_id_equipment')),
+        sa.PrimaryKeyConstraint('id', name=op.f('pk_machine_state_interval')),
+    )
+    op.create_index('ix_machine_state_interval_equipment_id', 'machine_state_interval',
+                    ['equipment_id', 'started_at'])
+    op.create_index('ix_machine_state_interval_open', 'machine_state_interval', ['equipment_id'],
+                    unique=True, postgresql_where=sa.text('ended_at IS NULL'))
+    op.create_table(
+        'machine_cycle',
+        sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
+        sa.Column('equipment_id', sa.String(length=64), nullable=False),
+        sa.Column('job_ids', postgresql.ARRAY(sa.BigInteger()), nullable=False),
+        sa.Column('requested_at', sa.DateTime(timezone=True), nullable=False),
+        sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
+        sa.Column('ended_at', sa.DateTime(timezone=True), nullable=True),
+        sa.Column('aborted', sa.Boolean(), server_default='false', nullable=False),
+        sa.ForeignKeyConstraint(['equipment_id'], ['equipment.id'],
+                                name=op.f('fk_machine_cycle_equipment_id_equipment')),
+        sa.PrimaryKeyConstraint('id', name=op.f('pk_machine_cycle')),
+    )
+    op.create_index('ix_machine_cycle_equipment_id', 'machine_cycle', ['equipment_id', 'ended_at'])
+    op.create_index('ix_machine_cycle_open', 'machine_cycle', ['equipment_id'],
+                    postgresql_where=sa.text('ended_at IS NULL'))
+
+    op.drop_constraint(op.f('ck_alarm_status'), 'alarm', type_='check')
+    op.create_check_constraint(op.f('ck_alarm_status'), 'alarm', _NEW_ALARM)
+    op.add_column('alarm', sa.Column('shelved_until', sa.DateTime(timezone=True), nullable=True))
+    op.add_column('alarm', sa.Column('shelve_reason', sa.String(length=200), nullable=True))
+    op.add_column('alarm', sa.Column('shelved_by', sa.String(length=200), nullable=True))
+    op.add_column('alarm', sa.Column('shelved_at', sa.DateTime(timezone=True), nullable=True))
+    # The status an alarm returns to when its shelf time is up (RAISED or ACKNOWLEDGED).
+    op.add_column('alarm', sa.Column('status_before_shelve', sa.String(length=16), nullable=True))
+    op.create_index('ix_alarm_raised_at', 'alarm', ['raised_at'])
+    op.create_index('ix_alarm_shelved_until', 'alarm', ['shelved_until'],
+                    postgresql_where=sa.text("status = 'SHELVED'"))
+
+    op.create_index('ix_job_finished_at', 'job', ['finished_at'],
+                    postgresql_where=sa.text('finished_at IS NOT NULL'))
+    # A batch task names its first job in job_id and every job in params.jobIds.
+    op.create_index('ix_task_job_ids', 'task', [sa.text("(params -> 'jobIds')")],
+                    postgresql_using='gin')
+    op.create_index('ix_ai_runtime_job_finished_at', 'ai_runtime_job', ['finished_at'],
+                    postgresql_where=sa.text('finished_at IS NOT NULL'))
+
+
+def downgrade() -> None:
+    op.drop_index('ix_ai_runtime_job_finished_at', table_name='ai_runtime_job')
+    op.drop_index('ix_task_job_ids', table_name='task')
+    op.drop_index('ix_job_finished_at', table_name='job')
+    op.drop_index('ix_alarm_shelved_until', table_name='alarm')
+    op.drop_index('ix_alarm_raised_at', table_name='alarm')
+    for column in ('status_before_shelve', 'shelved_at', 'shelved_by', 'shelve_reason',
+                   'shelved_until'):
+        op.drop_column('alarm', column)
+    op.execute("UPDATE alarm SET status = 'RAISED' WHERE status = 'SHELVED'")
+    op.drop_constraint(op.f('ck_alarm_status'), 'alarm', type_='check')
+    op.create_check_constraint(op.f('ck_alarm_status'), 'alarm', _OLD_ALARM)
+    op.drop_table('machine_cycle')
+    op.drop_table('machine_state_interval')
