@@ -365,3 +365,34 @@ class AlarmCountsSchema(Schema):
     from_ = fields.String(data_key="from", metadata={"format": "date-time"})
     to = fields.String(metadata={"format": "date-time"})
     items = fields.List(fields.Nested(AlarmCountSchema))
+
+
+class TaskBriefSchema(Schema):
+    id = fields.Integer()
+    kind = fields.String()
+    status = fields.String()
+    equipmentId = _nullable_str()
+    startedAt = _time()
+    finishedAt = _time()
+
+
+class RouteStepSchema(Schema):
+    index = fields.Integer()
+    op = fields.String()
+    equipmentKind = _nullable_str()
+    state = fields.String(validate=validate.OneOf(("DONE", "CURRENT", "TODO")))
+    startedAt = _time()
+    finishedAt = _time()
+    equipmentIds = fields.List(fields.String())
+    tasks = fields.List(fields.Nested(TaskBriefSchema))
+
+
+class JobRouteSchema(Schema):
+    jobId = fields.Integer()
+    workOrderId = fields.Integer()
+    status = fields.String()
+    stepIndex = fields.Integer()
+    arrival = fields.List(fields.Nested(TaskBriefSchema))
+    departure = fields.List(fields.Nested(TaskBriefSchema))
+    finishedAt = _time()
+    steps = fields.List(fields.Nested(RouteStepSchema))

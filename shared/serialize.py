@@ -158,3 +158,59 @@ def loop_message(m) -> dict:
     if m.error_code:
         out["error"] = {"code": m.error_code, "message": m.error_message or ""}
     return out
+
+
+# Tasks that bring a piece into the cell or take it out serve no route step.
+_ARRIVAL_TASKS = ("DOCK_TO_BUFFER",)
+_DEPARTURE_TASKS = ("BUFFER_TO_DOCK",)
+
+
+def _task_brief(t) -> dict:
+    return {"id": t.id, "kind": t.kind, "status": t.status, "equipmentId": t.equipment_id,
+            "startedAt": iso(t.started_at), "finishedAt": iso(t.finished_at)}
+
+
+def job_route(job, route: list, tasks) -> dict:
+    """``GET /api/jobs/{id}/route``: each step DONE / CURRENT / TODO with the
+    tasks that served it (by the step the job was at when the task began), its
+    first start and, once done, its last finish."""
+    terminal = job.status in ("COMPLETED", "SCRAPPED", "CANCELLED")
+    by_step: dict[int, list] = {}
+    arrival, departure = [], []
+    for t in tasks:
+        if t.kind in _ARRIVAL_TASKS:
+            arrival.append(t)
+            continue
+        if t.kind in _DEPARTURE_TASKS:
+            departure.append(t)
+            continue
+        before = ((t.params or {}).get("before") or {}).get(str(job.id)) or {}
+        if "stepIndex" in before:
+            by_step.setdefault(int(before["stepIndex"]), []).append(t)
+    steps = []
+    for index, step in enumerate(route):
+        served = by_step.get(index, [])
+        if index < job.step_index or job.status == "COMPLETED":
+            state = "DONE"
+        elif index == job.step_index and not terminal:
+            state = "CURRENT"
+        else:
+            state = "TODO"
+        started = [t.started_at for t in served if t.started_at is not None]
+        finished = [t.finished_at for t in served if t.finished_at is not None]
+        steps.append({
+            "index": index, "op": step.get("op"), "equipmentKind": step.get("equipmentKind"),
+            "state": state,
+            "startedAt": iso(min(started)) if started else None,
+            "finishedAt": iso(max(finished)) if finished and state == "DONE" else None,
+            "equipmentIds": sorted({t.equipment_id for t in served if t.equipment_id}),
+            "tasks": [_task_brief(t) for t in served],
+        })
+    return {
+        "jobId": job.id, "workOrderId": job.work_order_id, "status": job.status,
+        "stepIndex": job.step_index,
+        "arrival": [_task_brief(t) for t in arrival],
+        "departure": [_task_brief(t) for t in departure],
+        "finishedAt": iso(job.finished_at),
+        "steps": steps,
+    }

@@ -3,7 +3,7 @@
 from importlib import import_module
 
 # Areas in registration order; a module that does not exist yet is skipped.
-AREAS = ("health", "orders", "jobs", "line", "alarms", "stats", "manual", "events", "ai", "runtime", "admin")
+AREAS = ("health", "session", "orders", "jobs", "line", "alarms", "stats", "manual", "events", "ai", "runtime", "admin")
 
 
 def register_blueprints(api) -> None:

@@ -6,8 +6,10 @@ from marshmallow import fields, validate
 
 from gateway.api.ai_common import TEXT, NoteIn, Strict, ai_queue
 from gateway.api.blueprint import Blueprint
+from gateway.api.common import window_of
 from gateway.auth import require
 from gateway.errors import ApiError
+from gateway.schemas import WindowArgsSchema
 from services.ai_jobs import schemas
 from services.ai_jobs.domain import (
     API_KEY_MODES,
@@ -96,6 +98,16 @@ def list_jobs(query):
     return ai_queue().list_jobs(user_id=query.get("userId"), status=query.get("status"),
                                 job_type=query.get("jobType"), limit=query["limit"],
                                 cursor=query.get("cursor"))
+
+
+@blp.route("/stats", methods=["GET"])
+@require("platform")
+@blp.arguments(WindowArgsSchema, location="query")
+def get_queue_stats(args):
+    """Depth by status, finished jobs per hour over the window (default the last
+    8 hours), and the latest failures with their error codes."""
+    window = window_of(args)
+    return ai_queue().stats(window.start, window.end, window.now)
 
 
 @blp.route("/jobs/<job_id>", methods=["GET"])

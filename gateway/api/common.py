@@ -15,6 +15,7 @@ from gateway import schemas
 from gateway.errors import ApiError
 from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
+from shared.production_stats import DEFAULT_WINDOW, MAX_WINDOW, Window
 
 # Commands' rejection codes from the loop → HTTP status (a FAILED command is the
 # server's fault, not the client's: 503, in run_command).
@@ -107,6 +108,23 @@ def parse_instant(name: str, raw: str | None) -> datetime | None:
     if not 1970 <= when.year <= 9998:
         raise ApiError(400, "VALIDATION_ERROR", f"{name}: out of range")
     return when
+
+
+def window_of(args: dict) -> Window:
+    """``from``/``to`` (default: the last 8 hours up to now), from before to, at
+    most 31 days: the cost of a request is bounded by its window."""
+    now = datetime.now(UTC)
+    end = parse_instant("to", args.get("to"))
+    start = parse_instant("from", args.get("from_"))
+    if end is None:
+        end = min(now, start + DEFAULT_WINDOW) if start is not None else now
+    if start is None:
+        start = end - DEFAULT_WINDOW
+    if start >= end:
+        raise ApiError(400, "VALIDATION_ERROR", "from: must be before to")
+    if end - start > MAX_WINDOW:
+        raise ApiError(400, "VALIDATION_ERROR", f"to: the window is at most {MAX_WINDOW.days} days")
+    return Window(start, end, now)
 
 
 def page(model, key_column, args: dict, serializer, *filters) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sqlalchemy import or_, select
+
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
@@ -12,11 +14,14 @@ from gateway.api.common import (
     get_or_404,
     page,
     parse_statuses,
+    read_session,
+    reply,
     run_command,
 )
 from gateway.auth import require
+from gateway.errors import ApiError
 from shared import serialize
-from shared.db.models import JOB_STATUSES, TASK_STATUSES, Job, Task
+from shared.db.models import JOB_STATUSES, TASK_STATUSES, Job, Task, WorkOrder
 
 blp = Blueprint("jobs", __name__, description="jobs (workpieces) and tasks")
 
@@ -42,6 +47,25 @@ def list_jobs(args):
 @document_errors(blp, 401, 403, 404)
 def get_job(job_id):
     return get_or_404(Job, job_id, "job", serialize.job)
+
+
+@blp.route("/api/jobs/<int:job_id>/route", methods=["GET"])
+@require("operator")
+@blp.response(200, schemas.JobRouteSchema)
+@document_errors(blp, 401, 403, 404)
+def get_job_route(job_id):
+    """The job's route, each step with its state, its times and the tasks that served it."""
+    check_id(job_id, "job")
+    with read_session() as session:
+        job = session.execute(select(Job.__table__).where(Job.id == job_id)).first()
+        if job is None:
+            raise ApiError(404, "NOT_FOUND", f"job {job_id} not found")
+        route = session.execute(select(WorkOrder.route).where(WorkOrder.id == job.work_order_id)).scalar()
+        tasks = session.execute(
+            select(Task.__table__).where(or_(Task.job_id == job_id,
+                                             Task.params["jobIds"].contains([job_id])))
+            .order_by(Task.id)).all()
+    return reply(serialize.job_route(job, route or [], tasks))
 
 
 @blp.route("/api/jobs/<int:job_id>/suspend", methods=["POST"])

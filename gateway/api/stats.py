@@ -5,40 +5,21 @@ are defined in docs/stats.md and computed by ``shared.production_stats``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     QUERY_ERRORS,
     context,
     document_errors,
-    parse_instant,
     read_session,
     reply,
+    window_of,
 )
 from gateway.auth import require
 from gateway.errors import ApiError
 from shared import production_stats as ps
 
 blp = Blueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
-
-
-def window_of(args: dict) -> ps.Window:
-    """``from``/``to`` (default: the last 8 hours up to now), from before to, at
-    most 31 days: the cost of a request is bounded by its window."""
-    now = datetime.now(UTC)
-    end = parse_instant("to", args.get("to"))
-    start = parse_instant("from", args.get("from_"))
-    if end is None:
-        end = min(now, start + ps.DEFAULT_WINDOW) if start is not None else now
-    if start is None:
-        start = end - ps.DEFAULT_WINDOW
-    if start >= end:
-        raise ApiError(400, "VALIDATION_ERROR", "from: must be before to")
-    if end - start > ps.MAX_WINDOW:
-        raise ApiError(400, "VALIDATION_ERROR", f"to: the window is at most {ps.MAX_WINDOW.days} days")
-    return ps.Window(start, end, now)
 
 
 def ideal_scale() -> float:

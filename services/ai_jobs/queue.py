@@ -118,6 +118,10 @@ class AiJobQueue:
     def rerun_job(self, job_id) -> dict:
         return self._unit(repo.rerun_job, self.timings, validation.text("jobId", job_id))
 
+    def stats(self, start, end, now) -> dict:
+        """``GET /api/ai/stats`` (the page's AI queue panel)."""
+        return self._read(repo.queue_stats, start, end, now)
+
     def counts(self) -> dict[str, int]:
         return self._read(repo.counts_by_status)
 

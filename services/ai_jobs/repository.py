@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import base64
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
 from services.ai_jobs import schemas
 from services.ai_jobs.domain import (
     HELD,
+    JOB_STATUSES,
     POLL_LIMIT_DEFAULT,
     POLL_LIMIT_MAX,
     RETRYABLE,
@@ -417,6 +418,44 @@ def revoke_user(session, timings: QueueTimings, user_id: str) -> dict:
 def counts_by_status(session) -> dict[str, int]:
     rows = session.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status"))
     return {status: n for status, n in rows}
+
+
+RECENT_FAILURES = 20
+
+
+def queue_stats(session, start: datetime, end: datetime, now: datetime) -> dict:
+    """The queue at a glance: depth by status, jobs finished per hour in the
+    window, and the latest failures with their error codes."""
+    counts = counts_by_status(session)
+    hours = session.execute(text(
+        "SELECT date_trunc('hour', finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour, "
+        "count(*) FILTER (WHERE status = 'succeeded') AS succeeded, "
+        "count(*) FILTER (WHERE status = 'failed') AS failed "
+        "FROM ai_runtime_job WHERE finished_at IS NOT NULL AND finished_at >= :s AND finished_at < :e "
+        "GROUP BY 1 ORDER BY 1"), {"s": start, "e": min(end, now)}).all()
+    failures = session.execute(text(
+        "SELECT id, job_type, error_code, error_message, finished_at, attempt_no, retry_count "
+        "FROM ai_runtime_job WHERE status = 'failed' AND finished_at IS NOT NULL "
+        "ORDER BY finished_at DESC, id LIMIT :n"), {"n": RECENT_FAILURES}).all()
+    by_hour = {r.hour: r for r in hours}
+    hourly, hour = [], start.replace(minute=0, second=0, microsecond=0)
+    while hour < end:
+        r = by_hour.get(hour)
+        hourly.append({"from": iso(hour), "succeeded": r.succeeded if r else 0,
+                       "failed": r.failed if r else 0})
+        hour += timedelta(hours=1)
+    observed_hours = max(0.0, (min(end, now) - start).total_seconds()) / 3600
+    succeeded = sum(r.succeeded for r in hours)
+    return {
+        "from": iso(start), "to": iso(end),
+        "byStatus": {s: counts.get(s, 0) for s in JOB_STATUSES},
+        "hourly": hourly,
+        "throughputPerHour": round(succeeded / observed_hours, 3) if observed_hours > 0 else None,
+        "recentFailures": [{"id": r.id, "jobType": r.job_type, "errorCode": r.error_code,
+                            "errorMessage": r.error_message, "finishedAt": iso(r.finished_at),
+                            "attemptNo": r.attempt_no, "retryCount": r.retry_count}
+                           for r in failures],
+    }
 
 
 def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:

@@ -20,8 +20,10 @@ START_FAILED = ev.MACHINE_START_FAILED
 
 
 def _before(job) -> dict:
+    # stepIndex: which route step the task served (the job detail's step times)
     return {"status": job.status, "positionType": job.position_type,
-            "positionRefId": job.position_ref_id, "tempSlotNo": job.temp_slot_no}
+            "positionRefId": job.position_ref_id, "tempSlotNo": job.temp_slot_no,
+            "stepIndex": job.step_index}
 
 
 class ActionExecutor:
