@@ -2,6 +2,12 @@
 and the Modbus simulator, and the log proves the line was never overfilled."""
 
 from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from shared import production_stats as ps
+from shared.config import load_settings
+from shared.layout import load_layout
+from tests.flow.conftest import SIM_SPEED
 
 from tests.flow.invariants import assert_line_clear, replay
 
@@ -31,6 +37,32 @@ def test_an_order_of_bracket_a_completes_with_scrap_counted_exactly(line):
     # timing; batch rules are pinned down by tests/scheduler)
     starts = line.rows("SELECT params FROM task WHERE kind = 'START_MACHINE' AND equipment_id = 'WASH1'")
     assert sum(len(t.params["jobs"]) for t in starts) == quantity
+    _figures_agree_with_the_order(line, done, batches=len(starts))
+
+
+def _figures_agree_with_the_order(line, order, batches):
+    """/api/stats over the order's run counts what the work order counts."""
+    window = ps.Window(order.started_at - timedelta(seconds=1), order.finished_at + timedelta(seconds=1),
+                       now=datetime.now(UTC))
+    with line.engine.connect() as conn:
+        figures = ps.production_figures(conn, load_layout(load_settings({}).line_file), window,
+                                        ideal_scale=SIM_SPEED)
+        timeline = ps.timeline(conn, window)["items"]
+    assert (figures["line"]["completed"], figures["line"]["scrapped"]) == \
+        (order.completed_qty, order.scrapped_qty)
+    by_id = {e["id"]: e for e in figures["equipment"]}
+    quantity = order.quantity
+    assert by_id["MC1"]["cycles"] + by_id["MC2"]["cycles"] == quantity  # each piece machined once
+    assert by_id["WASH1"]["cycles"] == batches
+    assert by_id["INSP1"]["cycles"] == quantity
+    assert by_id["INSP1"]["quality"] == round(order.completed_qty / quantity, 4)
+    for e in figures["equipment"]:
+        assert 0 < e["utilization"] <= 1 and e["availability"] == 1.0, e
+        assert 0 < e["performance"] <= 1 and e["meanCycleSeconds"] > 0, e
+    for equipment_id in by_id:  # ordered, touching, never overlapping
+        mine = [i for i in timeline if i["equipmentId"] == equipment_id]
+        assert all(a["to"] == b["from"] for a, b in zip(mine, mine[1:])), mine
+        assert {i["state"] for i in mine} >= {"PROCESSING", "IDLE"}
 
 
 def test_two_orders_at_once_the_urgent_one_goes_first(line):
