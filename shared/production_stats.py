@@ -209,3 +209,42 @@ def alarm_counts(conn: Connection, window: Window) -> dict:
     return {"from": iso(window.start), "to": iso(window.end),
             "items": [{"code": r.code, "count": r.count, "open": r.open,
                        "lastRaisedAt": iso(r.last_raised_at)} for r in rows]}
+
+
+# -- tables for a person (``linectl shell``: stats(), timeline()) ---------------------
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def figures_table(figures: dict) -> str:
+    line = figures["line"]
+    out = [f"{figures['from']} .. {figures['to']}",
+           f"line: completed {line['completed']}, scrapped {line['scrapped']}, "
+           f"throughput {_num(line['throughputPerHour'])}/h, scrap rate {_pct(line['scrapRate'])}",
+           "",
+           f"{'machine':<8} {'util':>7} {'avail':>7} {'perf':>7} {'qual':>7} {'OEE':>7} "
+           f"{'cycles':>7} {'mean s':>8} {'p95 s':>8}"]
+    for e in figures["equipment"]:
+        out.append(f"{e['id']:<8} {_pct(e['utilization']):>7} {_pct(e['availability']):>7} "
+                   f"{_pct(e['performance']):>7} {_pct(e['quality']):>7} {_pct(e['oee']):>7} "
+                   f"{e['cycles']:>7} {_num(e['meanCycleSeconds'], '{:.2f}'):>8} "
+                   f"{_num(e['p95CycleSeconds'], '{:.2f}'):>8}")
+    return "\n".join(out)
+
+
+def timeline_table(result: dict) -> str:
+    out = [f"{'machine':<8} {'state':<15} {'from':<27} {'to':<27} {'seconds':>9}"]
+    for i in result["items"]:
+        start = datetime.fromisoformat(i["from"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(i["to"].replace("Z", "+00:00"))
+        out.append(f"{i['equipmentId']:<8} {i['state']:<15} {i['from']:<27} {i['to']:<27} "
+                   f"{(end - start).total_seconds():>9.1f}")
+    if result.get("truncated"):
+        out.append("… more in this window: ask for a shorter one")
+    return "\n".join(out)

@@ -6,8 +6,12 @@ these functions are defined (see ``help(orders)`` etc.)::
     orders(status=None)      work orders, newest first
     start(order_id)          StartOrder     pause(id) / resume(id) / cancel(id)
     create(product, qty)     CreateOrder
-    alarms()                 raised / acknowledged alarms
+    alarms()                 alarms not cleared (shelved ones too)
     ack(alarm_id)            acknowledge an alarm
+    shelve(alarm_id, minutes, reason)   hide it from the active list for a while
+    unshelve(alarm_id)       back to the active list
+    stats(hours=8)           throughput, scrap and OEE per machine over the last hours
+    timeline(machine, hours=1)  the machine's states over the last hours
     actions()                open manual actions
     resolve(id, choice)      ResolveManualAction
     confirm_recovery()       ConfirmRecovery for every open recovery action
@@ -91,6 +95,47 @@ def ack(alarm_id):
     _command("AcknowledgeAlarm", alarmId=alarm_id)
 
 
+def shelve(alarm_id, minutes, reason):
+    """ShelveAlarm: hidden from the active list for ``minutes`` (1..1440)."""
+    _command("ShelveAlarm", alarmId=alarm_id, minutes=minutes, reason=reason)
+
+
+def unshelve(alarm_id):
+    _command("UnshelveAlarm", alarmId=alarm_id)
+
+
+def _window(hours):
+    from datetime import UTC, datetime, timedelta
+
+    from shared.production_stats import Window
+
+    now = datetime.now(UTC)
+    return Window(now - timedelta(hours=hours), now, now)
+
+
+def stats(hours=8):
+    """The production figures of the last ``hours`` (as GET /api/stats)."""
+    from shared.config import load_settings
+    from shared.layout import load_layout
+    from shared.production_stats import figures_table, production_figures
+
+    settings = load_settings()
+    scale = settings.sim_speed if settings.plc == "sim" and settings.sim_speed > 0 else 1.0
+    with _engine.connect() as conn:
+        figures = production_figures(conn, load_layout(settings.line_file), _window(hours),
+                                     ideal_scale=scale)
+    print(figures_table(figures))
+
+
+def timeline(machine, hours=1):
+    """One machine's states over the last ``hours`` (as GET /api/stats/timeline)."""
+    from shared.production_stats import timeline as _timeline
+    from shared.production_stats import timeline_table
+
+    with _engine.connect() as conn:
+        print(timeline_table(_timeline(conn, _window(hours), machine)))
+
+
 def actions():
     """Open manual actions with their choices."""
     with _Session() as s:
@@ -117,5 +162,6 @@ def _ai_helpers():
 ai = _ai_helpers()
 
 print("linectl helpers: status() orders() create(product, qty) start(id) pause(id) resume(id) "
-      "cancel(id) alarms() ack(id) actions() resolve(id, choice) confirm_recovery(); ai.jobs() ai.job(id) "
+      "cancel(id) alarms() ack(id) shelve(id, minutes, reason) unshelve(id) stats() "
+      "timeline(machine) actions() resolve(id, choice) confirm_recovery(); ai.jobs() ai.job(id) "
       "ai.counts() ai.cancel(id) ai.rerun(id)")

@@ -78,3 +78,30 @@ def test_nameko_shell_with_the_shipped_config_reaches_a_service(service_env, nam
     finally:
         _stop(proc)
     assert re.search(r"lastSeq \d+", shell.stdout), shell.stdout + shell.stderr
+
+
+def test_linectl_shell_helpers_shelve_and_print_the_figures(service_env, nameko_config, engine):
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        alarm_id = conn.execute(text("INSERT INTO equipment (id, name, kind, slot_count) "
+                                     "VALUES ('MC1', 'MC1', 'machining', 2) ON CONFLICT DO NOTHING; "
+                                     "INSERT INTO alarm (code, message) VALUES ('DOOR_OPEN', 'door') "
+                                     "RETURNING id")).scalar()
+    proc = _run("services.line_controller.service", service_env)
+    try:
+        wait_for(lambda: _status(nameko_config, "line_controller"), 90, 0.5, "the line_controller up")
+        shell = subprocess.run(
+            [str(Path(sys.executable).with_name("linectl")), "shell"], env=service_env, cwd=ROOT,
+            input=f"shelve({alarm_id}, 5, 'door sensor swap')\nstats(1)\ntimeline('MC1')\nalarms()\n",
+            capture_output=True, text=True, timeout=90)
+    finally:
+        _stop(proc)
+    out = shell.stdout
+    assert '"status": "HANDLED"' in out and '"SHELVED"' in out, out + shell.stderr
+    assert re.search(r"line: completed 0, scrapped 0", out), out
+    assert re.search(r"^MC1 +0\.0% +100\.0%", out, re.M), out  # the loop started it: IDLE since
+    assert re.search(r"^MC1 +IDLE ", out, re.M), out
+    assert re.search(rf"^(>>> )? +{alarm_id} SHELVED ", out, re.M), out
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT status FROM alarm")).scalar() == "SHELVED"
