@@ -66,20 +66,17 @@ WHERE COALESCE(i.ended_at, :now) > :start AND LEAST(COALESCE(i.ended_at, :now), 
 GROUP BY e.id, i.state
 """
 
+# Each cycle carries its pieces' outcomes (the loop counts a piece in when it
+# finishes), so this is one range scan of the (equipment_id, ended_at) index.
 _CYCLES_SQL = """
 SELECT e.id AS equipment_id, count(*) AS cycles,
        avg(extract(epoch FROM c.ended_at - c.started_at)) AS mean_seconds,
        percentile_disc(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM c.ended_at - c.started_at))
          AS p95_seconds,
-       sum(q.good) AS good, sum(q.bad) AS bad
+       sum(c.good_pieces) AS good, sum(c.scrapped_pieces) AS bad
 FROM equipment e
 JOIN machine_cycle c ON c.equipment_id = e.id AND c.ended_at >= :start AND c.ended_at < :end
   AND NOT c.aborted
-CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE j.status = 'COMPLETED') AS good,
-           count(*) FILTER (WHERE j.status = 'SCRAPPED') AS bad
-    FROM job j WHERE j.id = ANY(c.job_ids)
-) q
 GROUP BY e.id
 """
 
@@ -93,7 +90,12 @@ WHERE finished_at IS NOT NULL AND finished_at >= :start AND finished_at < :end
 GROUP BY 1 ORDER BY 1
 """
 
-_TRACKED_SINCE_SQL = "SELECT min(started_at) AS since FROM machine_state_interval"
+# When tracking began: each machine's first interval, on its index.
+_TRACKED_SINCE_SQL = """
+SELECT min(f.started_at) AS since FROM equipment e CROSS JOIN LATERAL (
+    SELECT started_at FROM machine_state_interval WHERE equipment_id = e.id
+    ORDER BY started_at LIMIT 1) f
+"""
 
 
 def production_figures(conn: Connection, layout, window: Window, *, ideal_scale: float = 1.0) -> dict:

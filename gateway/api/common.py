@@ -111,13 +111,13 @@ def parse_instant(name: str, raw: str | None) -> datetime | None:
 
 
 def window_of(args: dict) -> Window:
-    """``from``/``to`` (default: the last 8 hours up to now), from before to, at
-    most 31 days: the cost of a request is bounded by its window."""
+    """``from``/``to``: ``to`` defaults to now, ``from`` to 8 hours before ``to``;
+    from before to, at most 31 days: the cost of a request is bounded by its window."""
     now = datetime.now(UTC)
     end = parse_instant("to", args.get("to"))
     start = parse_instant("from", args.get("from_"))
     if end is None:
-        end = min(now, start + DEFAULT_WINDOW) if start is not None else now
+        end = now
     if start is None:
         start = end - DEFAULT_WINDOW
     if start >= end:

@@ -45,6 +45,9 @@ def upgrade() -> None:
         sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
         sa.Column('ended_at', sa.DateTime(timezone=True), nullable=True),
         sa.Column('aborted', sa.Boolean(), server_default='false', nullable=False),
+        # Its pieces that have finished since, by outcome (quality), counted in by the loop.
+        sa.Column('good_pieces', sa.Integer(), server_default='0', nullable=False),
+        sa.Column('scrapped_pieces', sa.Integer(), server_default='0', nullable=False),
         sa.ForeignKeyConstraint(['equipment_id'], ['equipment.id'],
                                 name=op.f('fk_machine_cycle_equipment_id_equipment')),
         sa.PrimaryKeyConstraint('id', name=op.f('pk_machine_cycle')),
@@ -52,6 +55,7 @@ def upgrade() -> None:
     op.create_index('ix_machine_cycle_equipment_id', 'machine_cycle', ['equipment_id', 'ended_at'])
     op.create_index('ix_machine_cycle_open', 'machine_cycle', ['equipment_id'],
                     postgresql_where=sa.text('ended_at IS NULL'))
+    op.create_index('ix_machine_cycle_job_ids', 'machine_cycle', ['job_ids'], postgresql_using='gin')
 
     op.drop_constraint(op.f('ck_alarm_status'), 'alarm', type_='check')
     op.create_check_constraint(op.f('ck_alarm_status'), 'alarm', _NEW_ALARM)

@@ -419,8 +419,11 @@ class DBState:
         requested: dict[str, list[int]] = {}  # cycles the loop started: equipment → jobs
         done: dict[str, list[int]] = {}  # slots that went DONE: equipment → jobs
         emptied: set[str] = set()
+        finished: dict[str, list[int]] = {}  # pieces that ended: outcome → jobs
         for type_, p in self.events:
-            if type_ == "SlotChanged":
+            if type_ == "JobFinished" and p.get("status") in ("COMPLETED", "SCRAPPED"):
+                finished.setdefault(p["status"], []).append(p["id"])
+            elif type_ == "SlotChanged":
                 touched.add(p["equipmentId"])
                 if p["status"] == "DONE":
                     done.setdefault(p["equipmentId"], []).append(p["currentJobId"])
@@ -433,6 +436,8 @@ class DBState:
                 touched.add(equipment_id)
                 if type_ == "JobClaimed" and p.get("status") == "PROCESSING":
                     requested.setdefault(equipment_id, []).append(p["id"])
+        if finished:
+            self._count_outcomes(finished)
         if not touched:
             return
         rows = self._all(self._MACHINE_STATE_SQL, ids=sorted(touched))
@@ -460,6 +465,18 @@ class DBState:
         at = serialize.iso(self.now)
         for c in changed:
             self.emit("MachineStateChanged", {"equipmentId": c["e"], "state": c["s"], "since": at})
+
+    def _count_outcomes(self, finished: dict[str, list[int]]) -> None:
+        """Finished pieces count in the cycles that processed them (quality)."""
+        self.conn.execute(text(
+            "UPDATE machine_cycle SET "
+            "good_pieces = good_pieces + cardinality(ARRAY(SELECT unnest(job_ids) "
+            "  INTERSECT SELECT unnest(CAST(:good AS bigint[])))), "
+            "scrapped_pieces = scrapped_pieces + cardinality(ARRAY(SELECT unnest(job_ids) "
+            "  INTERSECT SELECT unnest(CAST(:bad AS bigint[])))) "
+            "WHERE job_ids && CAST(:all AS bigint[]) AND NOT aborted"),
+            {"good": finished.get("COMPLETED", []), "bad": finished.get("SCRAPPED", []),
+             "all": finished.get("COMPLETED", []) + finished.get("SCRAPPED", [])})
 
     def _request_cycle(self, equipment_id: str, job_ids: list[int]) -> None:
         # A job started again (after a failed start) voids the cycle it had open.

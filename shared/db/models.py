@@ -297,12 +297,15 @@ class MachineCycle(Base):
     """One cycle of a machine: a piece on a single-piece machine, a batch run on a
     batch machine. Requested when the loop starts it; ``started_at`` is when it
     really began (after the cycle before it on the same machine), ``ended_at``
-    when its slots went DONE. A cycle whose pieces left without DONE is ``aborted``."""
+    when its slots went DONE. A cycle whose pieces left without DONE is ``aborted``.
+    ``good_pieces``/``scrapped_pieces`` count its pieces as they finish, so
+    quality needs no join."""
 
     __tablename__ = "machine_cycle"
     __table_args__ = (
         Index("ix_machine_cycle_equipment_id", "equipment_id", "ended_at"),
         Index("ix_machine_cycle_open", "equipment_id", postgresql_where=sql_text("ended_at IS NULL")),
+        Index("ix_machine_cycle_job_ids", "job_ids", postgresql_using="gin"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -312,6 +315,9 @@ class MachineCycle(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     aborted: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    # Its pieces that have finished since, by outcome (quality), counted in by the loop.
+    good_pieces: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    scrapped_pieces: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
 
 class ManualAction(Base):

@@ -56,13 +56,16 @@ def _figures_agree_with_the_order(line, order, batches):
     assert by_id["WASH1"]["cycles"] == batches
     assert by_id["INSP1"]["cycles"] == quantity
     assert by_id["INSP1"]["quality"] == round(order.completed_qty / quantity, 4)
-    for e in figures["equipment"]:
-        assert 0 < e["utilization"] <= 1 and e["availability"] == 1.0, e
-        assert 0 < e["performance"] <= 1 and e["meanCycleSeconds"] > 0, e
+    for e in figures["equipment"]:  # (a machining centre may have had nothing to do)
+        assert e["availability"] == 1.0, e
+        if e["cycles"]:
+            assert 0 < e["utilization"] <= 1 and 0 < e["performance"] <= 1, e
+            assert e["meanCycleSeconds"] > 0, e
     for equipment_id in by_id:  # ordered, touching, never overlapping
         mine = [i for i in timeline if i["equipmentId"] == equipment_id]
-        assert all(a["to"] == b["from"] for a, b in zip(mine, mine[1:])), mine
-        assert {i["state"] for i in mine} >= {"PROCESSING", "IDLE"}
+        assert mine and all(a["to"] == b["from"] for a, b in zip(mine, mine[1:])), mine
+        if by_id[equipment_id]["cycles"]:
+            assert {i["state"] for i in mine} >= {"PROCESSING", "IDLE"}
 
 
 def test_two_orders_at_once_the_urgent_one_goes_first(line):
