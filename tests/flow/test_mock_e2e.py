@@ -8,7 +8,6 @@ from shared import production_stats as ps
 from shared.config import load_settings
 from shared.layout import load_layout
 from tests.flow.conftest import SIM_SPEED
-
 from tests.flow.invariants import assert_line_clear, replay
 
 
@@ -63,7 +62,7 @@ def _figures_agree_with_the_order(line, order, batches):
             assert e["meanCycleSeconds"] > 0, e
     for equipment_id in by_id:  # ordered, touching, never overlapping
         mine = [i for i in timeline if i["equipmentId"] == equipment_id]
-        assert mine and all(a["to"] == b["from"] for a, b in zip(mine, mine[1:])), mine
+        assert mine and all(a["to"] == b["from"] for a, b in zip(mine, mine[1:], strict=False)), mine
         if by_id[equipment_id]["cycles"]:
             assert {i["state"] for i in mine} >= {"PROCESSING", "IDLE"}
 
