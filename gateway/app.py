@@ -38,6 +38,7 @@ MAX_BODY_BYTES = 1024 * 1024  # the contract's 1 MiB; 413 beyond
 # and a backend start costs more than the request (measured: the 50-runtime
 # rate halved with 10 + 10 overflow).
 AI_POOL_SIZE = 16
+READ_STATEMENT_TIMEOUT_MS = 10_000  # the read-only engine (REST reads, /api/stats)
 AI_POOL_OVERFLOW = 0
 AI_POOL_TIMEOUT = 5.0
 
@@ -162,7 +163,10 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     role = settings.db_role(roles.GATEWAY)
-    engine = make_engine(settings.database_url, read_only=True, role=role)
+    # A read that runs longer than this is cancelled (503): no request, however
+    # wide its window or whatever lock it meets, holds a connection for longer.
+    engine = make_engine(settings.database_url, read_only=True, role=role,
+                         statement_timeout_ms=READ_STATEMENT_TIMEOUT_MS)
     # No pre-ping on the AI pool: it would add a round trip to every request. A
     # connection that died (PostgreSQL restarted) fails its request with 503,
     # and SQLAlchemy then discards the whole pool, so the next request is served.

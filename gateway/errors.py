@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from flask import jsonify
+import psycopg2.errors
+from flask import jsonify, request
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -93,6 +94,10 @@ def handle_api_error(error: ApiError):
 
 
 def handle_database_down(error: OperationalError):
+    if isinstance(error.orig, psycopg2.errors.QueryCanceled):
+        log.warning("a read ran into the statement timeout: %s", request.path)
+        return error_response(503, "UNAVAILABLE", "the database took too long to answer; "
+                                                  "try again shortly, or ask for a shorter window")
     log.warning("database unavailable: %s", type(error.orig).__name__ if error.orig else error)
     return error_response(503, "UNAVAILABLE", "the database is unreachable; try again shortly")
 

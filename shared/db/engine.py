@@ -19,10 +19,16 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: str | None = None,
-                **kwargs) -> Engine:
-    """``role``: run every statement as that PostgreSQL role (``shared.db.roles``)."""
+                statement_timeout_ms: int | None = None, **kwargs) -> Engine:
+    """``role``: run every statement as that PostgreSQL role (``shared.db.roles``).
+    ``statement_timeout_ms``: PostgreSQL cancels a statement that runs longer."""
+    options = []
     if role:
-        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), **connect_args(role)}
+        options.append(connect_args(role)["options"])
+    if statement_timeout_ms:
+        options.append(f"-c statement_timeout={int(statement_timeout_ms)}")
+    if options:
+        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "options": " ".join(options)}
     engine = create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,

@@ -190,3 +190,25 @@ def test_ai_queue_figures_show_depth_throughput_and_failures(client, writable):
     assert client.get("/api/ai/stats", headers=AUTH).status_code == 403  # operator
     with writable() as s:
         assert s.scalars(select(Alarm)).all() == []
+
+
+def test_a_read_held_up_by_a_lock_is_cut_off_with_503_and_the_next_is_served(gateway_env, engine,
+                                                                             monkeypatch):
+    import gateway.app
+    from gateway.app import create_app
+    from shared.config import load_settings
+
+    monkeypatch.setattr(gateway.app, "READ_STATEMENT_TIMEOUT_MS", 300)
+    app = create_app(load_settings(gateway_env))
+    client = app.test_client()
+    try:
+        with engine.connect() as blocker:  # e.g. a migration or a VACUUM FULL holding the table
+            tx = blocker.begin()
+            blocker.exec_driver_sql("LOCK TABLE machine_state_interval IN ACCESS EXCLUSIVE MODE")
+            r = client.get("/api/stats", headers=AUTH)
+            tx.rollback()
+        assert r.status_code == 503 and error_of(r) == "UNAVAILABLE", r.get_json()
+        assert "too long" in r.get_json()["error"]["message"]
+        assert client.get("/api/stats", headers=AUTH).status_code == 200
+    finally:
+        app.extensions["linectl"].close()
