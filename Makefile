@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench soak lint install clean
+.PHONY: run test bench soak lint install clean vendor
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "linectl needs Python 3.11 or newer")'
@@ -38,6 +38,21 @@ soak: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check services shared gateway tests migrations
+
+# The page's third-party browser code (Chart.js), from the exact versions in
+# gateway/static/package-lock.json, copied into gateway/static/vendor/ (committed
+# and shipped in the wheel: the plant network has no internet, the page no CDN).
+# Only needed to change a version; node_modules/ is removed afterwards.
+STATIC := gateway/static
+vendor:
+	cd $(STATIC) && npm ci --no-audit --no-fund
+	mkdir -p $(STATIC)/vendor
+	@# The source map is not shipped: drop the comment that would ask for it.
+	sed '/^\/\/# sourceMappingURL=/d' $(STATIC)/node_modules/chart.js/dist/chart.umd.min.js > $(STATIC)/vendor/chart.umd.min.js
+	cp $(STATIC)/node_modules/chart.js/LICENSE.md $(STATIC)/vendor/chart.js-LICENSE.md
+	@# Chart.js's UMD build bundles @kurkle/color: its licence ships too.
+	cp $(STATIC)/node_modules/@kurkle/color/LICENSE.md $(STATIC)/vendor/kurkle-color-LICENSE.md
+	rm -rf $(STATIC)/node_modules
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,47 +1,24 @@
 // The operator's page: plain JS, no build step. State comes from the REST API;
 // the websocket event stream tells the page when to refresh and feeds the log.
+// common.js (helpers), the views (production.js, alarms.js, job.js, ai.js) load
+// before this file, which draws the line and starts the page.
 "use strict";
 
 const LIVE_JOB_STATUSES = "PENDING,QUEUED,MOVING,PROCESSING,WAITING_UNLOAD,PAUSED,SUSPENDED,ERROR";
 const ORDER_ACTIONS = { CREATED: ["start", "cancel"], RUNNING: ["pause", "cancel"], PAUSED: ["resume", "cancel"] };
 const FEED_MAX = 200;
 const ROBOT_TASKS = ["DOCK_TO_BUFFER", "BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP", "SCAN", "MARK"];
+// What each role may use here (admin may use everything): the page asks only
+// for that, so a platform token does not meet a 403 on every line panel.
+const LINE_ROLES = ["operator", "admin"];
+const AI_ROLES = ["platform", "admin"];
 
-const $ = (sel) => document.querySelector(sel);
-const el = (tag, attrs = {}, ...children) => {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "dataset") Object.assign(node.dataset, v);
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return node;
-};
-
-let token = localStorage.getItem("linectl.token") || "";
+let role = null;
 let layout = null;
 let lastSeq = null;
 let socket = null;
 let refreshTimer = null;
-
-function say(text) { $("#message").textContent = text || ""; }
-
-async function api(method, path, body) {
-  const opts = { method, headers: { Authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(body);
-  }
-  const resp = await fetch(path, opts);
-  const data = resp.status === 204 ? null : await resp.json().catch(() => null);
-  if (!resp.ok) {
-    const err = (data && data.error) || { code: resp.status, message: resp.statusText };
-    throw new Error(`${err.code}: ${err.message}`);
-  }
-  if (resp.status === 202) say(`accepted (command ${data.commandId}); the outcome will show shortly`);
-  return data;
-}
+let statsPeriodTimer = null;
 
 async function command(path, body) {
   try {
@@ -114,7 +91,7 @@ function drawPieces(jobs, equipment, buffer) {
   }
 }
 
-// -- orders, alarms, manual actions ------------------------------------------------
+// -- orders, manual actions (alarms: alarms.js) ------------------------------------------------
 
 function drawOrders(orders) {
   const body = $("#orders tbody");
@@ -133,22 +110,6 @@ function drawOrders(orders) {
          ` ${o.completedQty}/${o.quantity}` + (o.scrappedQty ? ` (${o.scrappedQty} scrapped)` : "")),
       actions));
   }
-}
-
-function drawAlarms(alarms) {
-  const list = $("#alarms");
-  list.replaceChildren();
-  for (const a of alarms) {
-    const li = el("li", { class: a.status, dataset: { alarmId: a.id } },
-      el("b", {}, `${a.severity} ${a.code}`), ` ${a.message} `,
-      el("span", { class: "status" }, a.status));
-    if (a.status === "RAISED") {
-      li.append(" ", el("button", { type: "button", class: "ack",
-                                    onclick: () => command(`/api/alarms/${a.id}/acknowledge`, {}) }, "Acknowledge"));
-    }
-    list.append(li);
-  }
-  if (!alarms.length) list.append(el("li", {}, "no active alarms"));
 }
 
 function drawManual(actions) {
@@ -173,12 +134,13 @@ function drawManual(actions) {
 async function refresh() {
   refreshTimer = null;
   try {
-    const [orders, jobs, equipment, buffer, alarms, manual, tasks] = await Promise.all([
+    const [orders, jobs, equipment, buffer, alarms, shelved, manual, tasks] = await Promise.all([
       api("GET", "/api/work-orders?limit=500"),
       api("GET", `/api/jobs?limit=500&status=${LIVE_JOB_STATUSES}`),
       api("GET", "/api/equipment"),
       api("GET", "/api/buffer"),
       api("GET", "/api/alarms?limit=500&status=RAISED,ACKNOWLEDGED"),
+      api("GET", "/api/alarms?limit=500&status=SHELVED"),
       api("GET", "/api/manual-actions?limit=500&status=OPEN"),
       api("GET", "/api/tasks?limit=50&status=RUNNING"),
     ]);
@@ -186,11 +148,13 @@ async function refresh() {
     drawPieces(jobs.items, equipment, buffer);
     drawRobot(tasks.items);
     drawAlarms(alarms.items);
+    drawShelved(shelved.items);
     drawManual(manual.items);
     document.body.dataset.loaded = "true";
   } catch (e) {
     say(e.message);
   }
+  refreshShownJob();
 }
 
 function scheduleRefresh() {
@@ -203,17 +167,27 @@ function feed(frame) {
   while (list.children.length > FEED_MAX) list.lastChild.remove();
 }
 
+function onFrame(frame) {
+  lastSeq = frame.seq;
+  feed(frame);
+  scheduleRefresh();
+  if (STATS_EVENTS.has(frame.type)) scheduleStatsRefresh();
+}
+
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const after = lastSeq === null ? "" : `after=${lastSeq}&`;
   socket = new WebSocket(`${proto}://${location.host}/ws?${after}token=${encodeURIComponent(token)}`);
-  socket.onopen = () => { $("#conn").className = "conn on"; $("#conn").textContent = "live"; scheduleRefresh(); };
+  socket.onopen = () => {
+    $("#conn").className = "conn on";
+    $("#conn").textContent = "live";
+    scheduleRefresh();
+    scheduleStatsRefresh();  // whatever happened while the stream was down
+  };
   socket.onmessage = (msg) => {
     const frame = JSON.parse(msg.data);
     if (frame.type === "overflow") { lastSeq = frame.resumeAfter; return; }
-    lastSeq = frame.seq;
-    feed(frame);
-    scheduleRefresh();
+    onFrame(frame);
   };
   socket.onclose = () => {
     $("#conn").className = "conn off";
@@ -222,8 +196,15 @@ function connect() {
   };
 }
 
-async function start() {
-  if (!token) { say("enter an access token"); return; }
+/** Shows the sections the role may use, hides the others. */
+function showSectionsFor(canLine, canAi) {
+  for (const section of document.querySelectorAll("section[data-needs]")) {
+    section.hidden = !(section.dataset.needs === "line" ? canLine : canAi);
+  }
+  if (!canLine) closeJob();
+}
+
+async function startLine() {
   try {
     layout = await api("GET", "/api/line");
     const products = await api("GET", "/api/products");
@@ -233,15 +214,40 @@ async function start() {
     return;
   }
   drawLayout();
+  fillHistoryMachines(layout.equipment);
   connect();
-  await refresh();
+  clearInterval(statsPeriodTimer);
+  statsPeriodTimer = setInterval(scheduleStatsRefresh, STATS_PERIOD_MS);
+  await Promise.all([refresh(), refreshStats(), searchHistory()]);
+}
+
+async function start() {
+  say("");
+  if (!token) { say("enter an access token"); return; }
+  try {
+    const me = await api("GET", "/api/me");
+    role = me.role;
+    $("#who").textContent = `${me.name} (${me.role})`;
+  } catch (e) {
+    showSectionsFor(false, false);
+    say(e.message);
+    return;
+  }
+  document.body.dataset.role = role;
+  const canLine = LINE_ROLES.includes(role);
+  const canAi = AI_ROLES.includes(role);
+  showSectionsFor(canLine, canAi);
+  if (!canLine && !canAi) say(`a ${role} token has nothing to show on this page`);
+  if (canAi) startAiRefresh(); else stopAiRefresh();
+  if (canLine) await startLine();
+  else clearInterval(statsPeriodTimer);  // a token of another role came before this one
 }
 
 $("#token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   token = $("#token").value.trim();
   localStorage.setItem("linectl.token", token);
-  if (socket) { socket.onclose = null; socket.close(); }
+  if (socket) { socket.onclose = null; socket.close(); socket = null; }
   start();
 });
 
