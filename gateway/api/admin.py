@@ -13,5 +13,7 @@ blp = Blueprint("admin", __name__, url_prefix="/api/admin", description="adminis
 @require("admin")
 @blp.arguments(NoteIn, required=False)
 def rerun_ai_job(_body, job_id):
-    """A failed AI job → a new pending job with ``retriedFromJobId``."""
-    return ai_queue().rerun_job(job_id), 201
+    """A failed AI job → a new pending job with ``retriedFromJobId`` (201); asked
+    again, the rerun it already has (200): a double click makes one job."""
+    job, created = ai_queue().rerun_job(job_id)
+    return job, 201 if created else 200

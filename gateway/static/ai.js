@@ -54,11 +54,12 @@ function drawAiHourly(hourly) {
 }
 
 function rerunCell(job) {
-  if (role !== "admin") return el("td");
-  if (rerunAs.has(job.id)) {
-    const rerun = rerunAs.get(job.id);
+  // The server says which failed job has been rerun (a failed job is rerun once).
+  const rerun = job.rerunJobId || rerunAs.get(job.id);
+  if (rerun) {
     return el("td", { class: "rerun-as", title: rerun }, `rerun as ${rerun.slice(0, 8)}`);
   }
+  if (role !== "admin") return el("td");
   return el("td", {}, el("button", { type: "button", class: "rerun", onclick: () => rerunAiJob(job.id) }, "Rerun"));
 }
 

@@ -76,9 +76,12 @@ def upgrade() -> None:
                     postgresql_using='gin')
     op.create_index('ix_ai_runtime_job_finished_at', 'ai_runtime_job', ['finished_at'],
                     postgresql_where=sa.text('finished_at IS NOT NULL'))
+    op.create_index('ix_ai_runtime_job_retried_from_job_id', 'ai_runtime_job', ['retried_from_job_id'],
+                    postgresql_where=sa.text('retried_from_job_id IS NOT NULL'))
 
 
 def downgrade() -> None:
+    op.drop_index('ix_ai_runtime_job_retried_from_job_id', table_name='ai_runtime_job')
     op.drop_index('ix_ai_runtime_job_finished_at', table_name='ai_runtime_job')
     op.drop_index('ix_task_job_ids', table_name='task')
     op.drop_index('ix_job_finished_at', table_name='job')

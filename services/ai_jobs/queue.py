@@ -115,7 +115,7 @@ class AiJobQueue:
     def revoke_user(self, user_id) -> dict:
         return self._unit(repo.revoke_user, self.timings, validation.text("userId", user_id))
 
-    def rerun_job(self, job_id) -> dict:
+    def rerun_job(self, job_id) -> tuple[dict, bool]:
         return self._unit(repo.rerun_job, self.timings, validation.text("jobId", job_id))
 
     def stats(self, start, end, now) -> dict:

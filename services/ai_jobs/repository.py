@@ -434,9 +434,11 @@ def queue_stats(session, start: datetime, end: datetime, now: datetime) -> dict:
         "FROM ai_runtime_job WHERE finished_at IS NOT NULL AND finished_at >= :s AND finished_at < :e "
         "GROUP BY 1 ORDER BY 1"), {"s": start, "e": min(end, now)}).all()
     failures = session.execute(text(
-        "SELECT id, job_type, error_code, error_message, finished_at, attempt_no, retry_count "
-        "FROM ai_runtime_job WHERE status = 'failed' AND finished_at IS NOT NULL "
-        "ORDER BY finished_at DESC, id LIMIT :n"), {"n": RECENT_FAILURES}).all()
+        "SELECT j.id, j.job_type, j.error_code, j.error_message, j.finished_at, j.attempt_no, "
+        "j.retry_count, (SELECT r.id FROM ai_runtime_job r WHERE r.retried_from_job_id = j.id "
+        "  ORDER BY r.created_at, r.id LIMIT 1) AS rerun_job_id "
+        "FROM ai_runtime_job j WHERE j.status = 'failed' AND j.finished_at IS NOT NULL "
+        "ORDER BY j.finished_at DESC, j.id LIMIT :n"), {"n": RECENT_FAILURES}).all()
     by_hour = {r.hour: r for r in hours}
     hourly, hour = [], start.replace(minute=0, second=0, microsecond=0)
     while hour < end:
@@ -453,15 +455,24 @@ def queue_stats(session, start: datetime, end: datetime, now: datetime) -> dict:
         "throughputPerHour": round(succeeded / observed_hours, 3) if observed_hours > 0 else None,
         "recentFailures": [{"id": r.id, "jobType": r.job_type, "errorCode": r.error_code,
                             "errorMessage": r.error_message, "finishedAt": iso(r.finished_at),
-                            "attemptNo": r.attempt_no, "retryCount": r.retry_count}
+                            "attemptNo": r.attempt_no, "retryCount": r.retry_count,
+                            "rerunJobId": r.rerun_job_id}
                            for r in failures],
     }
 
 
-def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:
+def rerun_job(session, timings: QueueTimings, job_id: str) -> tuple[dict, bool]:
+    """A failed job → a new pending job with ``retriedFromJobId``; (job, created).
+    A failed job is rerun once: asking again (a double click, a retried request)
+    answers the rerun it already has. Its lock serialises concurrent reruns."""
     job = _job_for_update(session, job_id)
     if job.status != "failed":
         raise AiJobError("INVALID_TRANSITION", f"only a failed job can be rerun; {job_id} is {job.status}")
+    earlier = session.execute(text(
+        "SELECT id FROM ai_runtime_job WHERE retried_from_job_id = :id ORDER BY created_at, id LIMIT 1"),
+        {"id": job.id}).scalar()
+    if earlier is not None:
+        return get_job(session, earlier), False
     if job.api_key_mode == "user_deepseek_key":
         cred = session.execute(text("SELECT revoked_at FROM ai_credential WHERE id = :id"),
                                {"id": job.credential_id}).first()
@@ -477,7 +488,7 @@ def rerun_job(session, timings: QueueTimings, job_id: str) -> dict:
         "retriedFromJobId": job.id,
     }
     new_job, _ = create_job(session, timings, req)
-    return new_job
+    return new_job, True
 
 
 # -- runtime side --------------------------------------------------------------------

@@ -55,9 +55,10 @@ class AiShell:
             print(f"{job_id}: {done['status']}{' (cancel requested)' if done['cancelRequested'] else ''}")
 
     def rerun(self, job_id):
-        new = self._run(self.queue.rerun_job, job_id)
-        if new is not None:
-            print(f"{job_id} rerun as {new['id']}")
+        out = self._run(self.queue.rerun_job, job_id)
+        if out is not None:
+            new, created = out
+            print(f"{job_id} rerun as {new['id']}{'' if created else ' (already)'}")
 
     def revoke(self, user_id):
         out = self._run(self.queue.revoke_user, user_id)

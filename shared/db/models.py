@@ -453,6 +453,8 @@ class AiRuntimeJob(Base):
         Index("ix_ai_runtime_job_lock_until", "lock_until"),
         Index("ix_ai_runtime_job_finished_at", "finished_at",
               postgresql_where=sql_text("finished_at IS NOT NULL")),
+        Index("ix_ai_runtime_job_retried_from_job_id", "retried_from_job_id",
+              postgresql_where=sql_text("retried_from_job_id IS NOT NULL")),
         # Creation idempotency (spec): scoped to these five.
         Index(
             "uq_ai_runtime_job_idempotency",

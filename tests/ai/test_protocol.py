@@ -251,6 +251,11 @@ def test_admin_rerun(api):
     assert (new["priority"], new["params"], new["maxRetryCount"]) == (2, {"count": 4}, 0)
     assert new["attemptNo"] == 0 and new["retryCount"] == 0 and new["idempotencyKey"] is None
     assert api.job(job["id"])["status"] == "failed"
+    again = api.c.post(f"/api/admin/ai/jobs/{job['id']}/rerun", headers=ADMIN)  # a double click
+    assert again.status_code == 200 and again.get_json()["id"] == new["id"]
+    failures = api.c.get("/api/ai/stats", headers=ADMIN).get_json()["recentFailures"]
+    assert [(f["id"], f["errorCode"], f["rerunJobId"]) for f in failures] == \
+        [(job["id"], "MODEL_TIMEOUT", new["id"])]
 
 
 def test_idempotent_creation(api):

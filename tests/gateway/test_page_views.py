@@ -458,6 +458,11 @@ def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, b
              message="two pending jobs in the chart")
     assert rerun.id[:8] in browser.evaluate("document.getElementById('message').textContent")
     assert page_errors(browser) == []
+    # A reload (or another admin's page) knows it was rerun: no second Rerun to press.
+    open_page(browser, served, ADMIN)
+    wait_for(lambda: browser.check(f"document.body.dataset.aiLoaded === 'true' && !!document.querySelector('{row} .rerun-as')"),
+             timeout=30, message="the rerun after a reload")
+    assert not browser.check(f"!!document.querySelector('{row} button.rerun')")
     browser.evaluate("document.querySelector('#ai-section').scrollIntoView()")
     browser.screenshot(ARTIFACTS / "ai-panel.png")
 
