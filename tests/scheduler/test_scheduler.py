@@ -331,6 +331,20 @@ def test_robot_busy_means_no_robot_action_but_machines_still_start(scheduler):
     assert chosen == [StartMachine("MC1", ((1, loaded),))]
 
 
+def test_a_piece_left_on_the_robot_by_a_failed_move_keeps_the_robot_busy(scheduler):
+    # A load that failed (e.g. the machine refused it) leaves its piece recorded on
+    # the robot, in ERROR, until an operator says where it is: no second piece.
+    line = Line()
+    line.order(1)
+    line.machine("MC1")
+    line.machine("MC2")
+    line._job(1, "ERROR", "ON_ROBOT", None, 1, 0)
+    line.on_buffer(1, 2)
+    line.on_dock(1, 5)
+
+    assert scheduler.choose(line.state()) == []
+
+
 def test_a_start_in_flight_is_not_repeated(scheduler):
     line = Line()
     line.order(1)

@@ -240,7 +240,11 @@ class SystemState:
 
     @cached_property
     def robot_busy(self) -> bool:
-        return any(t.uses_robot for t in self.open_tasks)
+        """An open robot task, or a piece recorded on the robot (a failed move
+        leaves it there until an operator says where it is): the robot holds
+        one piece at most."""
+        return (any(t.uses_robot for t in self.open_tasks)
+                or any(j.live and j.position_type == "ON_ROBOT" for j in self.jobs))
 
     @cached_property
     def tool_busy(self) -> bool:
