@@ -58,8 +58,10 @@ MACHINE_DONE = "MachineDone"
 INSPECTION_RESULT = "InspectionResult"
 PALLET_ARRIVED = "PalletArrived"
 PLC_CONNECTION = "PlcConnection"
+# A machine's fault register changed: ``{"machineId", "fault": code | None, "observedAt"}``.
+MACHINE_FAULT = "MachineFault"
 
-PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION)
+PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION, MACHINE_FAULT)
 
 # Dispatched once by every hardware service start: ``{"instanceId", "plcState"}``.
 # Actions the previous instance had accepted will never report: the

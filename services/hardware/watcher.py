@@ -3,10 +3,12 @@
 :func:`read_state` is one consistent picture (the ``plc_state()`` RPC shape);
 :class:`SignalWatcher` compares it with the previous picture and returns the
 signals to dispatch, once per edge: a slot's done flag rising, the dock's
-arrival counter moving, the connection going up or down. Its memory survives
+arrival counter moving, a machine's fault register changing, the connection
+going up or down. Its memory survives
 reconnects, so a dropped link never repeats an event; on the very first read
 after start-up, a done slot or a waiting pallet counts as an edge (the
-line_controller may have missed it while the service was down).
+line_controller may have missed it while the service was down), and so does
+a machine in fault.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class SignalWatcher:
         # edge even when unload, load and its whole cycle fell between two polls.
         self._done: dict[tuple[str, int], tuple[bool, int | None]] = {}
         self._arrival_seq: int | None = None
+        self._fault: dict[str, int | None] = {}  # machine → fault code as last seen
         self.polls = 0
 
     def poll(self) -> list[Signal]:
@@ -89,6 +92,11 @@ class SignalWatcher:
             signals.append((ev.PALLET_ARRIVED, {"count": dock["pieces"], "observedAt": state["observedAt"]}))
         self._arrival_seq = dock["arrivals"]
         for machine in state["equipment"]:
+            fault, seen = machine["fault"], self._fault.get(machine["id"], None)
+            if fault != seen:
+                signals.append((ev.MACHINE_FAULT, {"machineId": machine["id"], "fault": fault,
+                                                   "observedAt": state["observedAt"]}))
+            self._fault[machine["id"]] = fault
             inspection = self.layout.equipment_by_id(machine["id"]).inspection
             for slot in machine["slots"]:
                 key = (machine["id"], slot["slotNo"])

@@ -115,6 +115,14 @@ class DBState:
             sql += " AND kind = ANY(:kinds)"
         return self._all(sql + " ORDER BY id", kinds=list(kinds or ()))
 
+    def open_alarms(self, *, equipment_id: str):
+        return self._all("SELECT * FROM alarm WHERE equipment_id = :e AND status <> 'CLEARED' "
+                         "ORDER BY id", e=equipment_id)
+
+    def open_manual_actions_on(self, equipment_id: str):
+        return self._all("SELECT * FROM manual_action WHERE status = 'OPEN' AND equipment_id = :e "
+                         "ORDER BY id", e=equipment_id)
+
     def alarm(self, alarm_id: int):
         return self._one("SELECT * FROM alarm WHERE id = :id", id=alarm_id)
 

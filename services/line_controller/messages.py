@@ -306,6 +306,17 @@ class PalletArrived:
 
 
 @dataclass(frozen=True)
+class MachineFault:
+    """The machine's PLC fault register changed: a code, or None once it is clear."""
+    machine_id: str = _key("machineId")
+    fault: int | None = None
+    observed_at: str | None = _key("observedAt", None)
+
+    def validate(self):
+        _instant("observedAt", self.observed_at)
+
+
+@dataclass(frozen=True)
 class StepTimeout:
     task_id: int = _key("taskId")
 
@@ -409,7 +420,7 @@ for _cls in (StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, Resum
 COMMANDS = (CreateOrder, StartOrder, PauseOrder, ResumeOrder, CancelOrder, SuspendJob, ResumeJob,
             ReworkJob, ConfirmRecovery, ResolveManualAction, AcknowledgeAlarm, ShelveAlarm,
             UnshelveAlarm)
-EXTERNAL_EVENTS = (MachineDone, InspectionResult, PalletArrived, StepTimeout, RefillRequested,
+EXTERNAL_EVENTS = (MachineDone, InspectionResult, MachineFault, PalletArrived, StepTimeout, RefillRequested,
                    ScheduleTick, RecoveryCheck, HardwareStopping)
 WORKER_RESULTS = (RobotActionSucceeded, RobotActionFailed, ToolActionSucceeded, ToolActionFailed,
                   MachineStartSucceeded, MachineStartFailed)

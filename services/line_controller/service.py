@@ -117,6 +117,10 @@ class LineControllerService:
     def on_inspection_result(self, payload):
         self._feed(ev.INSPECTION_RESULT, payload)
 
+    @event_handler(ev.HARDWARE, ev.MACHINE_FAULT, requeue_on_error=True)
+    def on_machine_fault(self, payload):
+        self._feed(ev.MACHINE_FAULT, payload)
+
     @event_handler(ev.HARDWARE, ev.HARDWARE_STARTED, requeue_on_error=True)
     def on_hardware_started(self, payload):
         # A new hardware instance: actions the old one accepted will never report.

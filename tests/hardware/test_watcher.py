@@ -94,3 +94,18 @@ def test_buffer_to_dock_takes_a_finished_piece_out(hardware, received, sim):
 
 def layout_buffer(sim, slot_no):
     return sim.model.map.buffer_base + slot_no - 1
+
+
+def test_a_machine_fault_is_reported_when_it_comes_and_when_it_clears(layout, sim):
+    from services.hardware import plc as P
+
+    mc2 = layout.plc.for_equipment("MC2")
+    sim.model.mem[mc2.base + P.M_FAULT] = 6  # in fault before the first poll: an edge too
+    watcher = SignalWatcher(PlcLink(sim.host, sim.port, layout.plc.unit_id), layout)
+    first = [s for s in _untimed(watcher.poll()) if s[0] == ev.MACHINE_FAULT]
+    assert first == [(ev.MACHINE_FAULT, {"machineId": "MC2", "fault": 6})]
+    assert watcher.poll() == []  # still in fault: no new edge
+    sim.model.mem[mc2.base + P.M_FAULT] = 0
+    assert _untimed(watcher.poll()) == [(ev.MACHINE_FAULT, {"machineId": "MC2", "fault": None})]
+    assert watcher.poll() == []
+    watcher.link.close()

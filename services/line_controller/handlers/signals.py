@@ -133,8 +133,38 @@ def hardware_stopping(evt: m.HardwareStopping, ctx):
     ctx.db.emit("HardwareStopping", {"instanceId": evt.instance_id, "startedAt": evt.started_at})
 
 
+# The alarm a machine's own fault report raises (seed 004: a fault is recorded as
+# equipment.status FAULT and an alarm).
+EQUIPMENT_FAULT_ALARM = "EQUIPMENT_FAULT"
+
+
+def machine_fault(evt: m.MachineFault, ctx):
+    """The PLC says a machine is in fault: FAULT (the scheduler gives it nothing,
+    its time counts against availability) and an alarm. When the PLC says it is
+    clear again, a fault that this raised goes back to IDLE and its alarm is
+    cleared, unless an operator still has a manual action open on the machine
+    (then their resolution decides, as for a failed start)."""
+    equipment = _equipment(ctx, evt.machine_id)
+    db = ctx.db
+    raised = [a for a in db.open_alarms(equipment_id=equipment.id) if a.code == EQUIPMENT_FAULT_ALARM]
+    if evt.fault is not None:
+        if equipment.status != "FAULT":
+            db.set_equipment_status(equipment.id, "FAULT")
+        if not raised:
+            db.raise_alarm(EQUIPMENT_FAULT_ALARM, f"{equipment.id} reports fault {evt.fault}",
+                           equipment_id=equipment.id)
+        return None
+    if not raised:
+        return None  # not a fault this path raised (a failed start's, a recovery's): theirs to clear
+    if equipment.status == "FAULT" and not db.open_manual_actions_on(equipment.id):
+        db.set_equipment_status(equipment.id, "IDLE")
+    for alarm in raised:
+        db.resolve_alarm(alarm.id, "plc")
+    return None
+
+
 HANDLERS = {
-    "HardwareStopping": hardware_stopping,
+    "HardwareStopping": hardware_stopping, "MachineFault": machine_fault,
     "MachineDone": machine_done, "InspectionResult": inspection_result,
     "PalletArrived": pallet_arrived, "RefillRequested": refill_requested,
 }
