@@ -17,6 +17,7 @@ from gateway.api.common import (
     run_command,
 )
 from gateway.auth import require
+from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import ALARM_SEVERITIES, ALARM_STATUSES, Alarm
 
@@ -41,6 +42,8 @@ def list_alarms(args):
     if "equipmentId" in args:
         filters.append(Alarm.equipment_id == args["equipmentId"])
     start, end = parse_instant("from", args.get("from_")), parse_instant("to", args.get("to"))
+    if start is not None and end is not None and start >= end:
+        raise ApiError(400, "VALIDATION_ERROR", "from: must be before to")
     if start is not None:
         filters.append(Alarm.raised_at >= start)
     if end is not None:

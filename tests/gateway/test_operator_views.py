@@ -89,7 +89,8 @@ def test_alarm_history_filters_and_counts_per_code(client, writable):
     assert counts["items"] == [
         {"code": "DOOR_OPEN", "count": 2, "open": 1, "lastRaisedAt": counts["items"][0]["lastRaisedAt"]},
         {"code": "SPINDLE", "count": 1, "open": 1, "lastRaisedAt": counts["items"][1]["lastRaisedAt"]}]
-    for query in ("severity=LOUD", "from=yesterday", "from=2026-13-01", "status=NOPE"):
+    for query in ("severity=LOUD", "from=yesterday", "from=2026-13-01", "status=NOPE",
+                  "from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z"):
         r = client.get(f"/api/alarms?{query}", headers=AUTH)
         assert r.status_code == 400, query
 
