@@ -14,7 +14,7 @@ const rerunAs = new Map();  // failed job id → the job this page reran it as
 
 async function refreshAi() {
   try {
-    const w = statsWindow();
+    const w = hoursWindow(statsHours);  // a work order's run means nothing to the AI queue
     const stats = await api("GET", `/api/ai/stats?${windowQuery(w)}`);
     drawAiStatus(stats.byStatus);
     drawAiHourly(stats.hourly);
@@ -77,7 +77,7 @@ async function rerunAiJob(jobId) {
     say("");
     const job = await api("POST", `/api/admin/ai/jobs/${encodeURIComponent(jobId)}/rerun`, {});
     rerunAs.set(jobId, job.id);
-    say(`AI job ${jobId.slice(0, 8)} rerun as ${job.id.slice(0, 8)} (${job.status})`);
+    say(`AI job ${jobId.slice(0, 8)} rerun as ${job.id.slice(0, 8)} (${job.status})`, "info");
     await refreshAi();
   } catch (e) {
     say(e.message);

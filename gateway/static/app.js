@@ -103,13 +103,19 @@ function drawOrders(orders) {
       actions.append(el("button", { type: "button", dataset: { action: a },
                                    onclick: () => command(`/api/work-orders/${o.id}/${a}`, {}) }, a));
     }
+    // A started order's code shows its run in the Production panel and the timeline.
+    const code = o.startedAt
+      ? el("a", { href: "#production-section", class: "order-window", title: "show this order's run in Production",
+                  onclick: (ev) => { ev.preventDefault(); showOrderWindow(o.id); } }, o.code)
+      : o.code;
     body.append(el("tr", { dataset: { orderId: o.id } },
-      el("td", {}, o.id), el("td", {}, o.code), el("td", {}, o.productId),
+      el("td", {}, o.id), el("td", { class: "code" }, code), el("td", {}, o.productId),
       el("td", { class: "status" }, o.status),
       el("td", {}, el("progress", { max: o.quantity, value: done }),
          ` ${o.completedQty}/${o.quantity}` + (o.scrappedQty ? ` (${o.scrappedQty} scrapped)` : "")),
       actions));
   }
+  offerOrderWindows(orders);
 }
 
 function drawManual(actions) {
@@ -174,13 +180,21 @@ function onFrame(frame) {
   if (STATS_EVENTS.has(frame.type)) scheduleStatsRefresh();
 }
 
+/** The stream indicator: "on" (live), "off" (offline: reconnecting), or "none"
+ *  for a role the line's event stream is not for (platform, runtime). */
+function showConn(state) {
+  const conn = $("#conn");
+  conn.className = `conn ${state}`;
+  conn.textContent = { on: "live", off: "offline", none: "no line stream" }[state];
+  conn.title = state === "none" ? "the line's event stream is for operator and admin tokens" : "live event stream";
+}
+
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const after = lastSeq === null ? "" : `after=${lastSeq}&`;
   socket = new WebSocket(`${proto}://${location.host}/ws?${after}token=${encodeURIComponent(token)}`);
   socket.onopen = () => {
-    $("#conn").className = "conn on";
-    $("#conn").textContent = "live";
+    showConn("on");
     scheduleRefresh();
     scheduleStatsRefresh();  // whatever happened while the stream was down
   };
@@ -190,8 +204,7 @@ function connect() {
     onFrame(frame);
   };
   socket.onclose = () => {
-    $("#conn").className = "conn off";
-    $("#conn").textContent = "offline";
+    showConn("off");
     setTimeout(connect, 2000);  // resume from lastSeq
   };
 }
@@ -223,7 +236,7 @@ async function startLine() {
 
 async function start() {
   say("");
-  if (!token) { say("enter an access token"); return; }
+  if (!token) { say("enter an access token", "info"); return; }
   try {
     const me = await api("GET", "/api/me");
     role = me.role;
@@ -237,7 +250,8 @@ async function start() {
   const canLine = LINE_ROLES.includes(role);
   const canAi = AI_ROLES.includes(role);
   showSectionsFor(canLine, canAi);
-  if (!canLine && !canAi) say(`a ${role} token has nothing to show on this page`);
+  if (!canLine && !canAi) say(`a ${role} token has nothing to show on this page`, "info");
+  if (!canLine) showConn("none");
   if (canAi) startAiRefresh(); else stopAiRefresh();
   if (canLine) await startLine();
   else clearInterval(statsPeriodTimer);  // a token of another role came before this one

@@ -19,7 +19,13 @@ const el = (tag, attrs = {}, ...children) => {
 
 let token = localStorage.getItem("linectl.token") || "";
 
-function say(text) { $("#message").textContent = text || ""; }
+/** The message line: `kind` "error" (the default: a refusal, a failure) shows
+ *  in red, "info" (a confirmation, a hint) does not; "" clears it. */
+function say(text, kind = "error") {
+  const line = $("#message");
+  line.textContent = text || "";
+  line.className = text ? kind : "";
+}
 
 async function api(method, path, body) {
   const opts = { method, headers: { Authorization: `Bearer ${token}` } };
@@ -33,7 +39,7 @@ async function api(method, path, body) {
     const err = (data && data.error) || { code: resp.status, message: resp.statusText };
     throw new Error(`${err.code}: ${err.message}`);
   }
-  if (resp.status === 202) say(`accepted (command ${data.commandId}); the outcome will show shortly`);
+  if (resp.status === 202) say(`accepted (command ${data.commandId}); the outcome will show shortly`, "info");
   return data;
 }
 
@@ -85,19 +91,30 @@ function barConfig(labels, series, { stacked = false, percent = false } = {}) {
 
 const NONE = "–";
 
-/** A ratio 0..1 as a percentage with one decimal; null (nothing observed) as a dash. */
-function percent(ratio) { return ratio === null || ratio === undefined ? NONE : `${(ratio * 100).toFixed(1)} %`; }
+/** A ratio 0..1 as a percentage rounded to one decimal, half up on its decimal
+ *  value (0.6605 → 66.1; the float 660.4999… of 0.1235 * 1000 is first cut to
+ *  six decimals); null (nothing observed) stays null: Chart.js leaves a gap.
+ *  The one rounding of the page: charts draw this, text shows it (percent). */
+function percentValue(ratio) {
+  if (ratio === null || ratio === undefined) return null;
+  return Math.round(Number((ratio * 1000).toFixed(6))) / 10;
+}
 
-/** A ratio 0..1 as a number for a percent chart (null stays null: Chart.js leaves a gap). */
-function percentValue(ratio) { return ratio === null || ratio === undefined ? null : Math.round(ratio * 1000) / 10; }
+/** A ratio 0..1 as text, "66.1 %" (the number percentValue charts); null as a dash. */
+function percent(ratio) {
+  const value = percentValue(ratio);
+  return value === null ? NONE : `${value.toFixed(1)} %`;
+}
 
 function seconds(s) { return s === null || s === undefined ? NONE : `${s.toFixed(1)} s`; }
 
 function fixed1(x) { return x === null || x === undefined ? NONE : x.toFixed(1); }
 
-/** An instant (ISO text or epoch ms) as the local clock time, HH:MM. */
-function clock(when) {
-  return new Date(when).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+/** An instant (ISO text or epoch ms) as the local clock time, HH:MM (HH:MM:SS with `withSeconds`). */
+function clock(when, withSeconds = false) {
+  const parts = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+  if (withSeconds) parts.second = "2-digit";
+  return new Date(when).toLocaleTimeString([], parts);
 }
 
 /** An instant as local date and time, short; null as a dash. */

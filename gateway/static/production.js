@@ -1,6 +1,8 @@
 // The production panel (GET /api/stats: KPI tiles, pieces per hour, OEE per
 // machine, a table per machine) and the machine timeline (GET
-// /api/stats/timeline, a Gantt strip), over one window the operator picks.
+// /api/stats/timeline, a Gantt strip), over one window the operator picks:
+// the last 15 min / 1 / 8 / 24 hours, or one work order's run (from its start
+// to its finish, or to now while it runs).
 "use strict";
 
 // Events that change the figures; any of them asks for a refresh, at most one
@@ -13,17 +15,45 @@ const STATS_PERIOD_MS = 30000;
 // The per-machine figures charted, each under the name a person reads.
 const FIGURES = { oee: "OEE", availability: "availability", performance: "performance", quality: "quality" };
 const TIMELINE_ROW_PX = 34;
+// A work order's window: a little before it started and after it finished, so
+// its first and last state changes are on the strip, not on its edges.
+const ORDER_WINDOW_PAD_MS = 5000;
+// How many of the latest started orders the window choice offers.
+const ORDER_CHOICES = 20;
+// The longest window the API answers (gateway.api.common.window_of: 31 days).
+const MAX_WINDOW_MS = 31 * 24 * HOUR_MS;
 
-let statsHours = 8;
+let statsHours = 8;        // the time span chosen last (the AI panel follows it)
+let statsOrderId = null;   // the work order whose run is shown instead, if any
+let startedOrders = [];    // the started orders, latest start first (from the orders list)
 let statsTimer = null;
 let statsLastAt = 0;
 let statsGeneration = 0;
 
-/** The window the panels show: the last `statsHours` hours up to now. */
-function statsWindow() {
+/** The last `hours` hours up to now. */
+function hoursWindow(hours) {
   const to = new Date();
-  const from = new Date(to.getTime() - statsHours * HOUR_MS);
+  const from = new Date(to.getTime() - hours * HOUR_MS);
   return { from: from.toISOString(), to: to.toISOString() };
+}
+
+/** A started order's run: fixed once it finished (or was cancelled), up to now while it runs. */
+function orderWindow(order) {
+  const from = Date.parse(order.startedAt) - ORDER_WINDOW_PAD_MS;
+  // max: the page's clock may lag the server's a little
+  const to = order.finishedAt ? Date.parse(order.finishedAt) + ORDER_WINDOW_PAD_MS
+    : Math.max(Date.now(), from + 2 * ORDER_WINDOW_PAD_MS);
+  return { from: new Date(Math.max(from, to - MAX_WINDOW_MS)).toISOString(), to: new Date(to).toISOString() };
+}
+
+function chosenOrder() {
+  return statsOrderId === null ? null : startedOrders.find((o) => o.id === statsOrderId) || null;
+}
+
+/** The window the panels show: the chosen order's run, or the last `statsHours` hours. */
+function statsWindow() {
+  const order = chosenOrder();
+  return order ? orderWindow(order) : hoursWindow(statsHours);
 }
 
 function windowQuery(w) { return `from=${encodeURIComponent(w.from)}&to=${encodeURIComponent(w.to)}`; }
@@ -53,6 +83,7 @@ async function refreshStats() {
     drawMachineFigures(stats.equipment);
     drawTimeline(timeline, w);
     drawAlarmCounts(counts.items);
+    drawWindowSpan(w);
     document.body.dataset.statsLoaded = "true";
   } catch (e) {
     say(e.message);
@@ -85,20 +116,22 @@ function drawOee(equipment) {
 
 function drawMachineFigures(equipment) {
   $("#machine-figures tbody").replaceChildren(...equipment.map((e) => el("tr", { dataset: { equipmentId: e.id } },
-    el("td", {}, e.id), el("td", {}, percent(e.utilization)), el("td", {}, percent(e.availability)),
-    el("td", {}, percent(e.oee)), el("td", { class: "cycles" }, e.cycles),
+    el("td", {}, e.id), el("td", { class: "utilization" }, percent(e.utilization)),
+    el("td", { class: "availability" }, percent(e.availability)),
+    el("td", { class: "oee" }, percent(e.oee)), el("td", { class: "cycles" }, e.cycles),
     el("td", {}, seconds(e.meanCycleSeconds)), el("td", {}, seconds(e.p95CycleSeconds)),
     el("td", {}, seconds(e.idealCycleSeconds)))));
 }
 
 // -- the timeline ---------------------------------------------------------------------
 
-/** The tick spacing that suits the window: 10 min for 1 h, 1 h for 8 h, 3 h for 24 h. */
+/** The tick spacing that suits the window: 10 min for 1 h, 1 h for 8 h, 3 h for
+ *  24 h, down to 10 s for a work order of half a minute. */
 function timelineStep(spanMs) {
-  for (const minutes of [5, 10, 15, 30, 60, 120, 180, 360]) {
-    if (spanMs / (minutes * 60000) <= 12) return minutes * 60000;
+  for (const s of [10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]) {
+    if (spanMs / (s * 1000) <= 12) return s * 1000;
   }
-  return 720 * 60000;
+  return 43200 * 1000;
 }
 
 /** Ticks on whole local clock steps (14:00, 15:00), not counted from the
@@ -115,6 +148,7 @@ function clockTicks(min, max, step) {
  *  dataset per state, so the legend names the colours; `grouped: false` puts
  *  the states of a machine on one row instead of side by side. */
 function timelineConfig(items, rows, fromMs, toMs) {
+  const step = timelineStep(toMs - fromMs);
   const datasets = MACHINE_STATES.map((state) => ({
     label: state,
     backgroundColor: STATE_COLOURS[state],
@@ -130,8 +164,8 @@ function timelineConfig(items, rows, fromMs, toMs) {
     options: {
       indexAxis: "y",
       scales: {
-        x: { type: "linear", min: fromMs, max: toMs, ticks: { callback: (v) => clock(v) },
-             afterBuildTicks: (scale) => { scale.ticks = clockTicks(scale.min, scale.max, timelineStep(toMs - fromMs)); } },
+        x: { type: "linear", min: fromMs, max: toMs, ticks: { callback: (v) => clock(v, step < 60000) },
+             afterBuildTicks: (scale) => { scale.ticks = clockTicks(scale.min, scale.max, step); } },
         y: { type: "category", labels: rows },
       },
       plugins: {
@@ -144,7 +178,7 @@ function timelineConfig(items, rows, fromMs, toMs) {
 
 function timelineTooltip(ctx) {
   const [start, end] = ctx.raw.x;
-  return `${ctx.dataset.label} ${clock(start)}–${clock(end)} (${duration(end - start)})`;
+  return `${ctx.dataset.label} ${clock(start, true)}–${clock(end, true)} (${duration(end - start)})`;
 }
 
 function drawTimeline(timeline, w) {
@@ -157,7 +191,63 @@ function drawTimeline(timeline, w) {
   $("#timeline-note").textContent = note;
 }
 
+// -- the window ----------------------------------------------------------------------
+
+/** What the panels are over, in words: "14:02:07–14:09:25 (7 min)". */
+function drawWindowSpan(w) {
+  const from = Date.parse(w.from);
+  const to = Date.parse(w.to);
+  const order = chosenOrder();
+  const running = order && !order.finishedAt;
+  $("#stats-span").textContent =
+    `${clock(from, true)}–${running ? "now" : clock(to, true)} (${duration(to - from)})`;
+}
+
+function orderChoiceLabel(o) {
+  const end = o.finishedAt ? clock(o.finishedAt) : "now";
+  return `${o.code} (${o.status.toLowerCase()}, ${clock(o.startedAt)}–${end})`;
+}
+
+/** The window choice's work orders, from the orders list (app.js): the latest
+ *  ORDER_CHOICES started ones, and the chosen one even if older. An order
+ *  never started has no run to show. A chosen order that finished meanwhile
+ *  asks for a redraw: its window is now fixed. (The list is the page's
+ *  /api/work-orders?limit=500, which pages in ascending id with no newest-first
+ *  order: past 500 orders the newest are missing here as in the table.) */
+function offerOrderWindows(orders) {
+  const before = chosenOrder();
+  startedOrders = orders.filter((o) => o.startedAt)
+    .sort((a, b) => Date.parse(b.startedAt) - Date.parse(a.startedAt) || b.id - a.id);
+  if (statsOrderId !== null && !chosenOrder()) statsOrderId = null;  // gone from the list: back to hours
+  const offered = startedOrders.slice(0, ORDER_CHOICES);
+  const chosen = chosenOrder();
+  if (chosen && !offered.includes(chosen)) offered.push(chosen);
+  const group = $("#stats-orders");
+  group.replaceChildren(...offered.map((o) => el("option", {
+    value: `wo:${o.id}`, title: `${dateTime(o.startedAt)} – ${o.finishedAt ? dateTime(o.finishedAt) : "running"}`,
+  }, orderChoiceLabel(o))));
+  group.hidden = !offered.length;
+  $("#stats-window").value = windowChoice();
+  if (before && (!chosen || before.finishedAt !== chosen.finishedAt)) scheduleStatsRefresh();
+}
+
+function windowChoice() { return statsOrderId === null ? String(statsHours) : `wo:${statsOrderId}`; }
+
+/** Shows one order's run in the panels (a click on the order in the Work orders table). */
+function showOrderWindow(orderId) {
+  statsOrderId = orderId;
+  offerOrderWindows(startedOrders);
+  refreshStats();
+  $("#production-section").scrollIntoView();
+}
+
 $("#stats-window").addEventListener("change", (ev) => {
-  statsHours = Number(ev.target.value);
+  const value = ev.target.value;
+  if (value.startsWith("wo:")) {
+    statsOrderId = Number(value.slice(3));
+  } else {
+    statsOrderId = null;
+    statsHours = Number(value);
+  }
   refreshStats();
 });

@@ -3,7 +3,8 @@ seeded history: the production charts and the machine timeline draw what
 /api/stats and /api/stats/timeline answer and follow a MachineStateChanged
 event; a piece's route; an alarm shelved and unshelved from the page; the
 alarm history and counts; the AI queue panel (an admin reruns a failed job);
-each role sees only what it may use. Chart.js is the vendored, pinned build."""
+each role sees only what it may use. The production window may be one work
+order's run. Chart.js is the vendored, pinned build."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import random
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,20 @@ def chart_data(browser, canvas_id: str) -> dict:
     return json.loads(browser.evaluate(
         f"JSON.stringify((c => ({{labels: c.data.labels, datasets: c.data.datasets.map("
         f"d => ({{label: d.label, data: d.data}}))}}))(Chart.getChart(document.getElementById('{canvas_id}'))))"))
+
+
+def pct(ratio: float) -> str:
+    """A ratio as the page shows it: a percentage rounded half up to one decimal
+    on its decimal value (0.6605 → "66.1 %")."""
+    return f"{(Decimal(str(ratio)) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)} %"
+
+
+RED = "rgb(170, 51, 51)"  # #a33, the message line's colour for an error
+
+
+def message(browser) -> dict:
+    return browser.evaluate("(m => ({text: m.textContent, kind: m.className, colour: getComputedStyle(m).color}))"
+                            "(document.getElementById('message'))")
 
 
 def visible(browser, selector: str) -> bool:
@@ -214,6 +230,21 @@ def seed_live_job(writable, now: datetime) -> int:
         return job.id
 
 
+def seed_orders(writable, now: datetime) -> dict[str, int]:
+    """A short order that ran (and finished) three hours ago, one never started."""
+    layout = load_layout(Settings().line_file)
+    product = layout.product("BRACKET-A")
+    route = [st.to_json() for st in product.route]
+    started = now.replace(microsecond=0) - timedelta(hours=3, seconds=17)
+    with writable.begin() as s:
+        short = WorkOrder(code="WO-SHORT", product_id=product.id, route=route, quantity=2, completed_qty=2,
+                          status="COMPLETED", started_at=started, finished_at=started + timedelta(minutes=7))
+        never = WorkOrder(code="WO-NEVER", product_id=product.id, route=route, quantity=1)
+        s.add_all([short, never])
+        s.flush()
+        return {"short": short.id, "never": never.id}
+
+
 # -- the tests ----------------------------------------------------------------------
 
 
@@ -263,7 +294,7 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
                              ".map(t => [t.id, t.querySelector('.value').textContent]))")
     assert tiles == {"kpi-completed": str(line["completed"]), "kpi-scrapped": str(line["scrapped"]),
                      "kpi-throughput": f"{line['throughputPerHour']:.1f}",
-                     "kpi-scrap-rate": f"{line['scrapRate'] * 100:.1f} %"}
+                     "kpi-scrap-rate": pct(line["scrapRate"])}
 
     hourly = chart_data(browser, "hourly-chart")
     assert [d["label"] for d in hourly["datasets"]] == ["completed", "scrapped"]
@@ -279,6 +310,16 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
         # the window slid by a second or two between the page's request and ours
         assert all(v is not None and abs(v - x) < 0.5 for v, x in zip(d["data"], expected, strict=True)), d
     assert all(0 < e["oee"] < 1 and e["cycles"] > 0 for e in stats["equipment"])
+    # One rounding for the chart and the table: INSP1's OEE 0.6605 was 66.1 in
+    # the chart (Math.round) and "66.0 %" in the table (toFixed on 66.0499…).
+    ratios = [0.6605, 0.1235, 0.0005, 0.9995, 0.0015, 0.125, 0.05, 1, 0]
+    assert browser.evaluate(f"{json.dumps(ratios)}.map(r => [percentValue(r), percent(r)])") == \
+        [[float(pct(r)[:-2]), pct(r)] for r in ratios]
+    assert browser.check(
+        "(c => [...document.querySelectorAll('#machine-figures tbody tr')].every((r, i) =>"
+        " r.querySelector('.oee').textContent === c.data.datasets[0].data[i].toFixed(1) + ' %'"
+        " && r.querySelector('.availability').textContent === c.data.datasets[1].data[i].toFixed(1) + ' %'))"
+        "(Chart.getChart(document.getElementById('oee-chart')))")
     cycles = browser.evaluate("[...document.querySelectorAll('#machine-figures tbody tr')]"
                               ".map(r => [r.dataset.equipmentId, Number(r.querySelector('.cycles').textContent)])")
     assert cycles == [[e["id"], e["cycles"]] for e in stats["equipment"]]
@@ -357,6 +398,120 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
     browser.screenshot(ARTIFACTS / "operator-views.png")
 
 
+def test_the_production_window_may_be_a_work_orders_run(served, writable, browser, events):
+    now = datetime.now(UTC)
+    seed_history(writable, now)
+    seed_live_job(writable, now)
+    ids = seed_orders(writable, now)
+    with writable() as s:
+        orders = {o.code: o for o in s.scalars(select(WorkOrder))}
+    open_page(browser, served, OPERATOR)
+    wait_for(lambda: browser.check(
+        "document.body.dataset.statsLoaded === 'true' && document.body.dataset.loaded === 'true'"
+        " && document.querySelectorAll('#stats-orders option').length > 0"
+        " && document.getElementById('conn').textContent === 'live'"), timeout=30,
+        message="the production panel and the orders")
+    auth = {"Authorization": f"Bearer {OPERATOR}"}
+    timeline_x = ("(s => [s.min, s.max])(Chart.getChart(document.getElementById('timeline-chart'))"
+                  ".options.scales.x)")
+
+    # The choice: four time spans, then the started orders, latest start first.
+    choices = browser.evaluate("[...document.querySelectorAll('#stats-window option')]"
+                               ".map(o => [o.parentElement.id, o.value, o.textContent])")
+    assert [c[1] for c in choices if c[0] != "stats-orders"] == ["0.25", "1", "8", "24"]
+    offered = [(c[1], c[2]) for c in choices if c[0] == "stats-orders"]
+    assert [v for v, _ in offered] == [f"wo:{orders[code].id}" for code in ("WO-LIVE", "WO-SHORT", "WO-HISTORY")]
+    assert offered[1][1].startswith("WO-SHORT (completed, ") and offered[0][1].startswith("WO-LIVE (running, ")
+    assert offered[0][1].endswith("–now)")
+    assert f"wo:{ids['never']}" not in [v for v, _ in offered]  # never started: no run to show
+
+    # The last 15 minutes.
+    browser.evaluate("(s => { s.value = '0.25'; s.dispatchEvent(new Event('change')); })"
+                     "(document.getElementById('stats-window'))")
+    quarter_ago_ms = (datetime.now(UTC) - timedelta(minutes=15)).timestamp() * 1000
+    wait_for(lambda: browser.check(f"Math.abs({timeline_x}[0] - {quarter_ago_ms}) < 20000"
+                                   f" && Math.abs({timeline_x}[1] - {timeline_x}[0] - 900000) < 1000"),
+             timeout=15, message="the last 15 minutes")
+
+    # A finished order, from a click on it in the Work orders table: its run,
+    # a few seconds either side, exactly; the figures are /api/stats's for it.
+    short = orders["WO-SHORT"]
+    from_ms = int(short.started_at.timestamp() * 1000) - 5000
+    to_ms = int(short.finished_at.timestamp() * 1000) + 5000
+    browser.evaluate("performance.clearResourceTimings()")
+    browser.evaluate(f"document.querySelector('#orders tr[data-order-id=\"{short.id}\"] a.order-window').click()")
+    wait_for(lambda: browser.evaluate(timeline_x) == [from_ms, to_ms], timeout=15, message="WO-SHORT's run")
+    assert browser.evaluate("document.getElementById('stats-window').value") == f"wo:{short.id}"
+    assert not browser.check(f"!!document.querySelector('#orders tr[data-order-id=\"{ids['never']}\"] a')")
+
+    def asked(path: str) -> list[dict]:
+        """The windows the page asked `path` for, as sent (ISO-8601, Z)."""
+        urls = [u for u in fetched(browser) if u.split("?")[0].endswith(path)]
+        return [dict(q.split("=", 1) for q in u.split("?", 1)[1].split("&")) for u in urls]
+
+    sent = asked("/api/stats")[-1]
+    window = {k: requests.utils.unquote(v) for k, v in sent.items()}
+    assert window["from"].endswith("Z") and window["to"].endswith("Z")
+    assert [int(datetime.fromisoformat(window[k]).timestamp() * 1000) for k in ("from", "to")] == [from_ms, to_ms]
+    assert asked("/api/stats/timeline")[-1] == sent
+    stats = requests.get(served + "/api/stats", params=window, headers=auth, timeout=10).json()
+    timeline = requests.get(served + "/api/stats/timeline", params=window, headers=auth, timeout=10).json()
+    tiles = browser.evaluate("Object.fromEntries([...document.querySelectorAll('#kpis .tile')]"
+                             ".map(t => [t.id, t.querySelector('.value').textContent]))")
+    line = stats["line"]
+    assert line["completed"] + line["scrapped"] >= 1  # a piece finishes every 5 minutes
+    assert tiles["kpi-completed"] == str(line["completed"]) and tiles["kpi-scrapped"] == str(line["scrapped"])
+    hourly = chart_data(browser, "hourly-chart")
+    assert hourly["datasets"][0]["data"] == [h["completed"] for h in stats["hourly"]]
+    oee = chart_data(browser, "oee-chart")
+    assert oee["datasets"][0]["data"] == [float(pct(e["oee"])[:-2]) if e["oee"] is not None else None
+                                          for e in stats["equipment"]]
+    drawn = chart_data(browser, "timeline-chart")
+    bars = sorted((b["y"], d["label"], b["x"][0], b["x"][1]) for d in drawn["datasets"] for b in d["data"])
+    ms = lambda t: int(datetime.fromisoformat(t).timestamp() * 1000)  # noqa: E731
+    assert bars == sorted((i["equipmentId"], i["state"], ms(i["from"]), ms(i["to"])) for i in timeline["items"])
+    assert len(bars) >= 4
+    assert browser.evaluate("document.getElementById('stats-span').textContent").endswith("(7 min)")
+    browser.call("Emulation.setDeviceMetricsOverride", width=1400, height=1400, deviceScaleFactor=1, mobile=False)
+    browser.screenshot(ARTIFACTS / "order-window.png")
+
+    # A finished order's window stays put when the line moves on.
+    changed = datetime.now(UTC)
+    with writable.begin() as s:
+        s.execute(update(MachineStateInterval).where(MachineStateInterval.equipment_id == "MC1",
+                                                     MachineStateInterval.ended_at.is_(None))
+                  .values(ended_at=changed))
+        s.add(MachineStateInterval(equipment_id="MC1", state="FAULT", started_at=changed))
+    browser.evaluate("performance.clearResourceTimings()")
+    events.write([("MachineStateChanged", {"equipmentId": "MC1", "state": "FAULT", "since": iso(changed)})])
+    wait_for(lambda: asked("/api/stats/timeline") and asked("/api/stats"), timeout=15,
+             message="the redraw the event asks for")
+    assert asked("/api/stats")[-1] == sent and browser.evaluate(timeline_x) == [from_ms, to_ms]
+
+    # A running order, from the choice: from its start, up to now, and "now" moves.
+    live = orders["WO-LIVE"]
+    browser.evaluate(f"(s => {{ s.value = 'wo:{live.id}'; s.dispatchEvent(new Event('change')); }})"
+                     "(document.getElementById('stats-window'))")
+    live_from_ms = int(live.started_at.timestamp() * 1000) - 5000
+    changed_ms = int(changed.timestamp() * 1000)
+    wait_for(lambda: browser.check(
+        f"{timeline_x}[0] === {live_from_ms} && Math.abs({timeline_x}[1] - Date.now()) < 10000"
+        " && Chart.getChart(document.getElementById('timeline-chart')).data.datasets[3].data"
+        f".some(b => b.y === 'MC1' && b.x[0] >= {changed_ms - 1})"), timeout=15, message="WO-LIVE's run so far")
+    first_to = browser.evaluate(timeline_x)[1]
+    events.write([("JobFinished", {"jobId": 1, "status": "COMPLETED"})])
+    wait_for(lambda: browser.evaluate(timeline_x)[1] > first_to, timeout=15, message="WO-LIVE's window to grow")
+    assert browser.evaluate(timeline_x)[0] == live_from_ms
+    assert "–now (" in browser.evaluate("document.getElementById('stats-span').textContent")
+
+    browser.evaluate("(s => { s.value = '8'; s.dispatchEvent(new Event('change')); })"
+                     "(document.getElementById('stats-window'))")
+    wait_for(lambda: browser.check("Chart.getChart(document.getElementById('hourly-chart')).data.labels.length >= 8"),
+             timeout=15, message="the 8 hours again")
+    assert browser.evaluate("document.getElementById('message').textContent") == ""
+    assert page_errors(browser) == []
+
+
 def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, browser):
     now = datetime.now(UTC)
     ids = seed_alarms(writable, now)
@@ -371,6 +526,9 @@ def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, brows
 
     browser.evaluate(f"document.querySelector('{card} button.shelve').click()")
     wait_for(lambda: visible(browser, "#shelve-form"), timeout=10, message="the shelve form")
+    # Without a reason (past the form's own check): an error, in red.
+    browser.evaluate("document.getElementById('shelve-form').dispatchEvent(new Event('submit', {cancelable: true}))")
+    assert message(browser) == {"text": "shelve: a reason is required", "kind": "error", "colour": RED}
     browser.evaluate("document.getElementById('shelve-minutes').value = '45';"
                      "document.getElementById('shelve-reason').value = 'spindle sensor swap';"
                      "document.querySelector('#shelve-form button[type=submit]').click()")
@@ -456,7 +614,9 @@ def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, b
         assert rerun.status == "pending" and rerun.target_id == "t-failed"
     wait_for(lambda: chart_data(browser, "ai-status-chart")["datasets"][0]["data"][0] == 2, timeout=15,
              message="two pending jobs in the chart")
-    assert rerun.id[:8] in browser.evaluate("document.getElementById('message').textContent")
+    # The confirmation is information, not an error: not in red.
+    said = message(browser)
+    assert rerun.id[:8] in said["text"] and said["kind"] == "info" and said["colour"] != RED, said
     assert page_errors(browser) == []
     # A reload (or another admin's page) knows it was rerun: no second Rerun to press.
     open_page(browser, served, ADMIN)
@@ -487,11 +647,16 @@ def test_each_role_sees_only_what_it_may_use(served, writable, browser):
     assert not browser.check("!!document.querySelector('#ai-failures button.rerun')")  # admin only
     assert browser.evaluate("document.getElementById('message').textContent") == ""
     assert browser.evaluate("document.getElementById('who').textContent") == "platform (platform)"
+    # The line's event stream is for operators: no "offline" for a stream this page never opens.
+    assert browser.evaluate("(c => [c.textContent, c.className])(document.getElementById('conn'))") == \
+        ["no line stream", "conn none"]
 
     open_page(browser, served, RUNTIME)
     wait_for(lambda: browser.check("document.getElementById('message').textContent.includes('nothing to show')"),
              timeout=30, message="the runtime's page")
     assert not browser.check("[...document.querySelectorAll('section')].some(s => s.offsetParent !== null)")
+    assert message(browser)["kind"] == "info"
+    assert browser.evaluate("document.getElementById('conn').textContent") == "no line stream"
     assert page_errors(browser) == []
     # ...and the watch on the console is live: it does see an error.
     browser.evaluate("setTimeout(() => { throw new Error('probe'); })")
