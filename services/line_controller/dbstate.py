@@ -402,9 +402,6 @@ class DBState:
     # A machine's state from its row, its slots and their jobs. PROCESSING from the
     # moment the loop starts a cycle (its jobs are PROCESSING from then on) until
     # the piece is done, whether or not the start's own result has come back.
-    # A machine's state from its row, its slots and their jobs. PROCESSING from the
-    # moment the loop starts a cycle (its jobs are PROCESSING from then on) until
-    # the piece is done, whether or not the start's own result has come back.
     # One statement derives the touched machines' states, closes the open interval
     # of each that changed and opens its next one, and returns those: a transaction
     # pays one round trip. The scalar subquery runs first (an initplan), so the
