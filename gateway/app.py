@@ -38,9 +38,10 @@ MAX_BODY_BYTES = 1024 * 1024  # the contract's 1 MiB; 413 beyond
 # and a backend start costs more than the request (measured: the 50-runtime
 # rate halved with 10 + 10 overflow).
 AI_POOL_SIZE = 16
-READ_STATEMENT_TIMEOUT_MS = 10_000  # the read-only engine (REST reads, /api/stats)
 AI_POOL_OVERFLOW = 0
 AI_POOL_TIMEOUT = 5.0
+# The read-only engine (REST reads, /api/stats): a longer read is cancelled (503).
+READ_STATEMENT_TIMEOUT_MS = 10_000
 
 
 @dataclass

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from shared.serialize import iso
+from shared.serialize import hourly, iso
 
 MAX_WINDOW = timedelta(days=31)
 DEFAULT_WINDOW = timedelta(hours=8)
@@ -98,6 +98,12 @@ SELECT min(f.started_at) AS since FROM equipment e CROSS JOIN LATERAL (
 """
 
 
+def ideal_scale(settings) -> float:
+    """The simulator plays the layout's cycle times SIM_SPEED times faster, so the
+    ideal times run faster with it; a real PLC: 1."""
+    return settings.sim_speed if settings.plc == "sim" and settings.sim_speed > 0 else 1.0
+
+
 def production_figures(conn: Connection, layout, window: Window, *, ideal_scale: float = 1.0) -> dict:
     """``GET /api/stats``. ``ideal_scale`` divides the layout's ideal cycle times
     (the simulator plays the layout SIM_SPEED times faster)."""
@@ -142,14 +148,6 @@ def production_figures(conn: Connection, layout, window: Window, *, ideal_scale:
     scrapped = sum(r.scrapped for r in output)
     line_from = max(window.start, since) if since is not None else window.observable_end
     line_hours = max(0.0, (window.observable_end - line_from).total_seconds()) / 3600
-    by_hour = {r.hour: r for r in output}
-    hourly = []
-    hour = window.start.replace(minute=0, second=0, microsecond=0)
-    while hour < window.end:
-        r = by_hour.get(hour)
-        hourly.append({"from": iso(hour), "completed": r.completed if r else 0,
-                       "scrapped": r.scrapped if r else 0})
-        hour += timedelta(hours=1)
     return {
         "from": iso(window.start),
         "to": iso(window.end),
@@ -161,7 +159,8 @@ def production_figures(conn: Connection, layout, window: Window, *, ideal_scale:
             "observedSeconds": _round(line_hours * 3600, 3),
         },
         "equipment": equipment,
-        "hourly": hourly,
+        "hourly": hourly(window.start, window.end, {r.hour: r for r in output},
+                         ("completed", "scrapped")),
     }
 
 

@@ -8,7 +8,9 @@ or a ``Row``) and returns camelCase JSON-ready dicts; times are ISO-8601 UTC.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+from shared.db.models import JOB_TERMINAL
 
 
 def iso(value: datetime | None) -> str | None:
@@ -145,6 +147,17 @@ def event_frame(e) -> dict:
     return {"seq": e.seq, "txId": e.tx_id, "type": e.type, "at": iso(e.at), "payload": e.payload}
 
 
+def hourly(start: datetime, end: datetime, by_hour: dict, keys: tuple[str, ...]) -> list[dict]:
+    """``[{"from": hour, key: n, …}]`` for every clock hour (UTC) from ``start``'s
+    to ``end``, zeros included; ``by_hour`` maps an hour to a row with ``keys``."""
+    out, hour = [], start.replace(minute=0, second=0, microsecond=0)
+    while hour < end:
+        row = by_hour.get(hour)
+        out.append({"from": iso(hour), **{k: getattr(row, k) if row else 0 for k in keys}})
+        hour += timedelta(hours=1)
+    return out
+
+
 def loop_message(m) -> dict:
     """A command's outcome (``GET /api/commands/{id}``)."""
     out = {
@@ -174,7 +187,7 @@ def job_route(job, route: list, tasks) -> dict:
     """``GET /api/jobs/{id}/route``: each step DONE / CURRENT / TODO with the
     tasks that served it (by the step the job was at when the task began), its
     first start and, once done, its last finish."""
-    terminal = job.status in ("COMPLETED", "SCRAPPED", "CANCELLED")
+    terminal = job.status in JOB_TERMINAL
     by_step: dict[int, list] = {}
     arrival, departure = [], []
     for t in tasks:

@@ -117,13 +117,12 @@ def stats(hours=8):
     """The production figures of the last ``hours`` (as GET /api/stats)."""
     from shared.config import load_settings
     from shared.layout import load_layout
-    from shared.production_stats import figures_table, production_figures
+    from shared.production_stats import figures_table, ideal_scale, production_figures
 
     settings = load_settings()
-    scale = settings.sim_speed if settings.plc == "sim" and settings.sim_speed > 0 else 1.0
     with _engine.connect() as conn:
         figures = production_figures(conn, load_layout(settings.line_file), _window(hours),
-                                     ideal_scale=scale)
+                                     ideal_scale=ideal_scale(settings))
     print(figures_table(figures))
 
 

@@ -22,13 +22,6 @@ from shared import production_stats as ps
 blp = Blueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
 
 
-def ideal_scale() -> float:
-    """The simulator plays the layout's cycle times SIM_SPEED times faster, so
-    the ideal times run faster with it (docs/stats.md)."""
-    settings = context().settings
-    return settings.sim_speed if settings.plc == "sim" and settings.sim_speed > 0 else 1.0
-
-
 @blp.route("/api/stats", methods=["GET"])
 @require("operator")
 @blp.arguments(schemas.WindowArgsSchema, location="query")
@@ -38,7 +31,7 @@ def get_stats(args):
     window = window_of(args)
     with read_session() as session:
         figures = ps.production_figures(session.connection(), context().line_layout(), window,
-                                        ideal_scale=ideal_scale())
+                                        ideal_scale=ps.ideal_scale(context().settings))
     return reply(figures)
 
 

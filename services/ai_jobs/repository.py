@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import text
 
@@ -35,7 +35,7 @@ from services.ai_jobs.domain import (
     output_hash,
     result_idempotency_key,
 )
-from shared.serialize import iso
+from shared.serialize import hourly, iso
 
 JOB_COLUMNS = """
     id, user_id, job_type, target_type, target_id, snapshot_id, params, status, priority,
@@ -439,19 +439,12 @@ def queue_stats(session, start: datetime, end: datetime, now: datetime) -> dict:
         "  ORDER BY r.created_at, r.id LIMIT 1) AS rerun_job_id "
         "FROM ai_runtime_job j WHERE j.status = 'failed' AND j.finished_at IS NOT NULL "
         "ORDER BY j.finished_at DESC, j.id LIMIT :n"), {"n": RECENT_FAILURES}).all()
-    by_hour = {r.hour: r for r in hours}
-    hourly, hour = [], start.replace(minute=0, second=0, microsecond=0)
-    while hour < end:
-        r = by_hour.get(hour)
-        hourly.append({"from": iso(hour), "succeeded": r.succeeded if r else 0,
-                       "failed": r.failed if r else 0})
-        hour += timedelta(hours=1)
     observed_hours = max(0.0, (min(end, now) - start).total_seconds()) / 3600
     succeeded = sum(r.succeeded for r in hours)
     return {
         "from": iso(start), "to": iso(end),
         "byStatus": {s: counts.get(s, 0) for s in JOB_STATUSES},
-        "hourly": hourly,
+        "hourly": hourly(start, end, {r.hour: r for r in hours}, ("succeeded", "failed")),
         "throughputPerHour": round(succeeded / observed_hours, 3) if observed_hours > 0 else None,
         "recentFailures": [{"id": r.id, "jobType": r.job_type, "errorCode": r.error_code,
                             "errorMessage": r.error_message, "finishedAt": iso(r.finished_at),

@@ -92,7 +92,7 @@ class SignalWatcher:
             signals.append((ev.PALLET_ARRIVED, {"count": dock["pieces"], "observedAt": state["observedAt"]}))
         self._arrival_seq = dock["arrivals"]
         for machine in state["equipment"]:
-            fault, seen = machine["fault"], self._fault.get(machine["id"], None)
+            fault, seen = machine["fault"], self._fault.get(machine["id"])
             if fault != seen:
                 signals.append((ev.MACHINE_FAULT, {"machineId": machine["id"], "fault": fault,
                                                    "observedAt": state["observedAt"]}))

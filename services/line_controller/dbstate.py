@@ -109,18 +109,17 @@ class DBState:
     def manual_action(self, action_id: int):
         return self._one("SELECT * FROM manual_action WHERE id = :id", id=action_id)
 
-    def open_manual_actions(self, kinds: tuple[str, ...] | None = None):
+    def open_manual_actions(self, kinds: tuple[str, ...] | None = None, *,
+                            equipment_id: str | None = None):
         sql = "SELECT * FROM manual_action WHERE status = 'OPEN'"
         if kinds:
             sql += " AND kind = ANY(:kinds)"
-        return self._all(sql + " ORDER BY id", kinds=list(kinds or ()))
+        if equipment_id is not None:
+            sql += " AND equipment_id = :e"
+        return self._all(sql + " ORDER BY id", kinds=list(kinds or ()), e=equipment_id)
 
     def open_alarms(self, *, equipment_id: str):
         return self._all("SELECT * FROM alarm WHERE equipment_id = :e AND status <> 'CLEARED' "
-                         "ORDER BY id", e=equipment_id)
-
-    def open_manual_actions_on(self, equipment_id: str):
-        return self._all("SELECT * FROM manual_action WHERE status = 'OPEN' AND equipment_id = :e "
                          "ORDER BY id", e=equipment_id)
 
     def alarm(self, alarm_id: int):

@@ -156,7 +156,7 @@ def machine_fault(evt: m.MachineFault, ctx):
         return None
     if not raised:
         return None  # not a fault this path raised (a failed start's, a recovery's): theirs to clear
-    if equipment.status == "FAULT" and not db.open_manual_actions_on(equipment.id):
+    if equipment.status == "FAULT" and not db.open_manual_actions(equipment_id=equipment.id):
         db.set_equipment_status(equipment.id, "IDLE")
     for alarm in raised:
         db.resolve_alarm(alarm.id, "plc")
