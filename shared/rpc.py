@@ -87,9 +87,8 @@ class RpcClientPool:
         if not self._slots.acquire(timeout=self.timeout):
             raise PoolExhausted(f"all {len(self._all)} RPC clients stayed busy for {self.timeout} s")
         try:
-            try:
-                entry = self._idle.get_nowait()
-            except queue.Empty:
+            entry = self._idle_usable()
+            if entry is None:
                 entry = self._new()
             reusable = False
             try:
@@ -105,6 +104,28 @@ class RpcClientPool:
                     self._discard(entry[0])
         finally:
             self._slots.release()
+
+    def _idle_usable(self):
+        """An idle client whose transport is still connected, as SQLAlchemy's
+        ``pool_pre_ping``: after a broker or PostgreSQL restart a pooled client holds
+        dead sessions, and a request sent on it would be published (by a publisher
+        that reconnects) and then fail waiting for its reply, after the service acted.
+        ``Connection.connected`` asks the transport (on pgsql:// free until the
+        process's listener has seen a restart; py-amqp knows its socket's state)."""
+        while True:
+            try:
+                entry = self._idle.get_nowait()
+            except queue.Empty:
+                return None
+            consumer = entry[0]._reply_listener.queue_consumer
+            try:
+                usable = not consumer.stopped and consumer.connection.connected
+            except Exception:  # noqa: BLE001 - any doubt: a new client
+                usable = False
+            if usable:
+                return entry
+            log.info("dropping a pooled RPC client whose connection is gone")
+            self._discard(entry[0])
 
     def _discard(self, proxy) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 service was away past the timeout, so the task failed) must never run when
 the service comes back — it expires in the broker."""
 
+import eventlet
 from nameko.rpc import rpc
 
 from services.line_controller.dependencies import NamekoHardwarePort
@@ -68,3 +69,55 @@ def test_hardware_requests_reuse_their_clients(container_factory, nameko_config)
     finally:
         port.close()
     assert port.clients._all == []
+
+
+def _end_every_other_session(db_url):
+    """What a PostgreSQL restart does to this database's clients: every session but
+    this one ends (the stand-in's consumer, the port's pooled clients, the listener)."""
+    import psycopg2
+
+    with psycopg2.connect(db_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    conn.close()
+
+
+def _wait_for_consumer(db_url, queue, timeout=15.0):
+    import time
+
+    import psycopg2
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg2.connect(db_url) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM mq_consumer c JOIN pg_stat_activity a"
+                        " ON a.pid = c.backend_pid AND a.backend_start = c.backend_started"
+                        " WHERE c.queue = %s", (queue,))
+            live = cur.fetchone()[0]
+        conn.close()
+        if live:
+            return
+        eventlet.sleep(0.05)
+    raise AssertionError(f"nobody consumes {queue} again after {timeout} s")
+
+
+def test_a_pooled_client_whose_sessions_died_is_replaced_before_a_request(
+        container_factory, nameko_config, db_url):
+    # The crash soak's regression: after a PostgreSQL restart a pooled client kept its
+    # dead sessions, its next request was published and then failed waiting for the
+    # reply (CONNECTION_REFUSED for an action the hardware ran). A lent client is now
+    # checked first, as SQLAlchemy's pool_pre_ping does.
+    StandInHardware.served = []
+    container_factory(StandInHardware, nameko_config).start()
+    loop = RecordingLoop()
+    port = NamekoHardwarePort(nameko_config, loop, timeout=20.0, clients=1)
+    try:
+        port._call(_request(1))
+        _end_every_other_session(db_url)
+        _wait_for_consumer(db_url, f"rpc-{ev.HARDWARE}")
+        port._call(_request(2))
+        port._call(_request(3))
+    finally:
+        port.close()
+    assert loop.refused == []
+    assert StandInHardware.served == ["1", "2", "3"]

@@ -112,6 +112,14 @@ class Channel(virtual.Channel):
                     raise ChannelError(f"NOT_FOUND - {exc.diag.message_detail}") from exc
                 return cur.fetchall() if cur.description else None
 
+    def ping(self) -> bool:
+        """Is this channel's session alive? (one round trip)"""
+        try:
+            self._query("SELECT 1")
+        except psycopg2.Error:
+            return False
+        return True
+
     @property
     def _lease(self):
         pid, started = self._backend

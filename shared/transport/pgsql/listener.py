@@ -75,6 +75,9 @@ class NotifyListener:
         self._pipe_closed = False
         self._stopping = False
         self._thread = None
+        # How often the connection was lost: a PostgreSQL restart ends every session of
+        # the process, so a Transport that sees this change checks its own (verify_connection).
+        self.losses = 0
 
     # -- subscriptions (any thread) ----------------------------------------------
 
@@ -187,6 +190,7 @@ class NotifyListener:
                 except Exception as exc:  # noqa: BLE001 - the listener must outlive any fault
                     if self._stopping:
                         break
+                    self.losses += 1
                     if not isinstance(exc, (psycopg2.Error, OSError, ValueError)):
                         log.exception("pgsql:// listener failed")
                     delay = RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS) - 1)]

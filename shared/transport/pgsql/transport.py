@@ -65,6 +65,7 @@ class Transport(virtual.Transport):
         # The URL's own ``options`` (e.g. a search_path) come first; ours are added.
         self._url_options = psycopg2.extensions.parse_dsn(self._dsn).get("options", "")
         self._listener = None  # the process's NotifyListener, once this consumes
+        self._losses_seen = 0  # the listener's losses when this last knew its sessions alive
         self._consuming = {}  # queue -> the channel consuming it
         self._direct_inbox = deque()  # (queue, payload) of direct replies not yet delivered
         self._dirty = set()  # queues that may hold messages to claim
@@ -85,12 +86,30 @@ class Transport(virtual.Transport):
         conn.autocommit = True
         return conn
 
+    def verify_connection(self, connection):
+        """kombu's ``Connection.connected``, and so a pool's pre-ping: are this
+        transport's sessions alive? Free unless the process's listener lost its own
+        connection since the last look (a PostgreSQL restart ends every session; the
+        listener sees it at once, it waits on its socket): then a round trip per channel."""
+        channels = self.channels
+        if any(channel._conn is None or channel._conn.closed for channel in channels):
+            return False
+        listener = self._listener
+        if listener is None or listener.losses == self._losses_seen:
+            return True
+        losses = listener.losses
+        if not all(channel.ping() for channel in channels):
+            return False
+        self._losses_seen = losses
+        return True
+
     # -- notifications (the process's NotifyListener calls these, from its thread) --
 
     def _listen(self, queue, channel, consumer_tag):
         """``channel`` consumes ``queue``: be woken for it, and take its direct replies."""
         if self._listener is None:
             self._listener = NotifyListener.acquire(self._dsn, self.connect_db, self)
+            self._losses_seen = self._listener.losses
         self._consuming[queue] = channel
         consumer = (queue, channel._backend[0], str(consumer_tag)) if self.direct_replies else None
         self._listener.subscribe(self, queue, consumer)
