@@ -8,6 +8,7 @@ import uuid
 import psycopg2
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
+from kombu.exceptions import ChannelError
 
 from shared.transport.pgsql.channel import NOTIFY_PAYLOAD_MAX
 from tests.support.waiting import wait_for
@@ -217,3 +218,40 @@ def test_the_urls_own_session_options_are_kept_beside_the_transports(pgsql_url):
         assert channel._query("SHOW statement_timeout") == [("12345ms",)]
         assert channel._query("SHOW synchronous_commit") == [("off",)]
         assert channel._query("SHOW plan_cache_mode") == [("force_generic_plan",)]
+
+
+def test_a_durable_message_wakes_its_consumer_after_its_own_commit(pgsql_url, db_url):
+    # A persistent message to a durable queue commits its row (with its WAL flush)
+    # before the NOTIFY, in a second transaction of the same round trip: the
+    # consumer is still woken at once, not by the sweep.
+    queue = Queue(f"durable-{uuid.uuid4().hex[:8]}", Exchange("durable-x", "direct"),
+                  routing_key="k", durable=True)
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        with Consumer(conn, [queue], callbacks=[lambda b, m: (received.append(b), m.ack())]):
+            with Connection(pgsql_url, transport_options=SLOW_SWEEP) as publisher:
+                producer = Producer(publisher)
+                started = time.monotonic()
+                producer.publish({"n": 1}, exchange="durable-x", routing_key="k",
+                                 delivery_mode=2, mandatory=True)
+                drain_until(conn, received, 1, timeout=5)
+                assert time.monotonic() - started < 5
+                with pytest.raises(ChannelError, match="NO_ROUTE"):
+                    producer.publish({"n": 2}, exchange="durable-x", routing_key="none",
+                                     delivery_mode=2, mandatory=True)
+    assert received == [{"n": 1}]
+
+
+def test_a_durable_publish_that_fails_in_its_transaction_leaves_the_channel_usable(pgsql_url):
+    queue = Queue(f"durable-{uuid.uuid4().hex[:8]}", Exchange("durable-y", "direct"),
+                  routing_key="k", durable=True)
+    received = []
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        with Consumer(conn, [queue], callbacks=[lambda b, m: (received.append(b), m.ack())]):
+            producer = Producer(conn.channel())
+            with pytest.raises(psycopg2.DataError):  # the expiration overflows bigint
+                producer.publish({"n": 0}, exchange="durable-y", routing_key="k",
+                                 delivery_mode=2, expiration=2 ** 64)
+            producer.publish({"n": 1}, exchange="durable-y", routing_key="k", delivery_mode=2)
+            drain_until(conn, received, 1, timeout=5)
+    assert received == [{"n": 1}]

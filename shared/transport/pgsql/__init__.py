@@ -51,6 +51,19 @@ messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues â
 second of those (a lost ack is a redelivery; a lost reply is an RPC timeout), never
 corrupts anything, and it saves a WAL flush per statement.
 
+A persistent message that is no reply commits its rows, with their flush, in one
+transaction, and its wake-up ``NOTIFY`` in a second one that flushes nothing, both
+in one round trip. PostgreSQL serialises every ``NOTIFY``ing commit of a cluster
+under one lock and holds it through the commit's WAL flush, so a flush in the
+notifying transaction made every other publisher (and every direct reply) wait for
+it, and no two flushes could be shared. A wake-up lost between the two (the session
+dies) delays the message to the next fallback poll; it never loses it.
+
+``Connection.connected`` asks :meth:`Transport.verify_connection`: free while the
+process's listener has kept its connection, a ``SELECT 1`` per channel once it lost
+one (a PostgreSQL restart ends every session). Pools of started clients check it
+before lending one (``shared.rpc.RpcClientPool``).
+
 Each channel's connection prepares the hot statements (publish, claim, take,
 delete, release) once, with generic plans: planning was most of a publish.
 

@@ -11,6 +11,7 @@ import psycopg2.errors
 from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.transport.virtual.base import queue_declare_ok_t
+from psycopg2.extensions import TRANSACTION_STATUS_INERROR
 
 from .sql import (
     CANCEL_SQL,
@@ -19,6 +20,7 @@ from .sql import (
     LIVE_CONSUMER,
     PREPARED,
     PUBLISH,
+    PUBLISH_DURABLE_SQL,
     RELEASE,
     SWEEP_SQL,
     TAKE,
@@ -107,10 +109,24 @@ class Channel(virtual.Channel):
             with self._conn.cursor() as cur:
                 try:
                     cur.execute(sql, params)
-                except (psycopg2.errors.ForeignKeyViolation,
-                        psycopg2.errors.NotNullViolation) as exc:
-                    raise ChannelError(f"NOT_FOUND - {exc.diag.message_detail}") from exc
+                except psycopg2.Error as exc:
+                    self._end_failed_block()
+                    if isinstance(exc, (psycopg2.errors.ForeignKeyViolation,
+                                        psycopg2.errors.NotNullViolation)):
+                        raise ChannelError(f"NOT_FOUND - {exc.diag.message_detail}") from exc
+                    raise
                 return cur.fetchall() if cur.description else None
+
+    def _end_failed_block(self):
+        # A statement that failed inside an explicit block (PUBLISH_DURABLE_SQL) leaves
+        # it aborted; the session is autocommit and must be usable for the next one.
+        conn = self._conn
+        if not conn.closed and conn.get_transaction_status() == TRANSACTION_STATUS_INERROR:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("ROLLBACK")
+            except psycopg2.Error:
+                pass
 
     def ping(self) -> bool:
         """Is this channel's session alive? (one round trip)"""
@@ -231,12 +247,15 @@ class Channel(virtual.Channel):
         expiration = props.get("expiration")
         payload = json.dumps(message)  # ASCII: its length is its size in bytes
         # A reply (it answers a correlation id and asks for none) may go direct.
-        direct = (self.connection.direct_replies and len(payload) <= NOTIFY_PAYLOAD_MAX
-                  and props.get("correlation_id") is not None and not props.get("reply_to"))
-        ((routed, _),) = self._query(PUBLISH.call, (
-            exchange or "", routing_key or "", payload,
-            int(expiration) if expiration is not None else None,
-            props.get("delivery_mode") == 2 and self.connection.durable_publish, direct))
+        reply = props.get("correlation_id") is not None and not props.get("reply_to")
+        direct = self.connection.direct_replies and reply and len(payload) <= NOTIFY_PAYLOAD_MAX
+        persistent = props.get("delivery_mode") == 2 and self.connection.durable_publish
+        params = (exchange or "", routing_key or "", payload,
+                  int(expiration) if expiration is not None else None, persistent)
+        if persistent and not reply:
+            ((routed,),) = self._query(PUBLISH_DURABLE_SQL, params)
+        else:
+            ((routed, _),) = self._query(PUBLISH.call, (*params, direct))
         if not routed and mandatory:
             raise ChannelError(
                 f"Basic.return: (312) NO_ROUTE - no queue bound to exchange {exchange!r}"

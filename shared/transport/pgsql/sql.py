@@ -52,11 +52,13 @@ class Prepared:
 
     @property
     def prepare(self) -> str:
-        return f"PREPARE {self.name} ({', '.join(self.types)}) AS {self.text}"
+        types = f" ({', '.join(self.types)})" if self.types else ""
+        return f"PREPARE {self.name}{types} AS {self.text}"
 
     @property
     def call(self) -> str:
-        return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.types))})"
+        params = f" ({', '.join(['%s'] * len(self.types))})" if self.types else ""
+        return f"EXECUTE {self.name}{params}"
 
 
 def direct_channel(queue: str) -> str:
@@ -76,13 +78,9 @@ WHERE q.name = t.queue AND (q.exclusive OR q.auto_delete OR q.expires_ms IS NOT 
               WHERE c.queue = q.name AND a.backend_start = c.listener_started)
 """
 
-# Route one message: a direct reply goes as the payload of a NOTIFY to the
-# consumer's listening connection; to every other target queue a row is
-# inserted and a wake-up notified. Decides synchronous_commit for this
-# statement's transaction (see the package docstring).
-# $1 exchange, $2 routing key, $3 payload, $4 ttl ms, $5 persistent, $6 may go direct.
-PUBLISH = Prepared("mq_publish", ("text", "text", "text", "bigint", "boolean", "boolean"), f"""
-WITH ex AS (SELECT type FROM mq_exchange WHERE name = $1),
+# The queues a message is routed to: $1 exchange, $2 routing key.
+ROUTE = """
+ex AS (SELECT type FROM mq_exchange WHERE name = $1),
 targets AS (
     SELECT DISTINCT b.queue FROM mq_binding b, ex
     WHERE b.exchange = $1
@@ -91,7 +89,21 @@ targets AS (
            OR (ex.type = 'topic' AND $2 ~ b.pattern))
     UNION
     SELECT q.name FROM mq_queue q WHERE $1 = '' AND q.name = $2
-),
+)"""
+
+# synchronous_commit for the publishing transaction: on only for a persistent ($5)
+# message to at least one durable queue (see the package docstring).
+DURABILITY = """set_config('synchronous_commit',
+    CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
+                             AND q.expires_ms IS NULL)
+         THEN 'on' ELSE 'off' END, true)"""
+
+# Route one message: a direct reply goes as the payload of a NOTIFY to the
+# consumer's listening connection; to every other target queue a row is
+# inserted and a wake-up notified, in the same transaction.
+# $1 exchange, $2 routing key, $3 payload, $4 ttl ms, $5 persistent, $6 may go direct.
+PUBLISH = Prepared("mq_publish", ("text", "text", "text", "bigint", "boolean", "boolean"), f"""
+WITH {ROUTE},
 routed AS (
     SELECT t.queue, $6 AND EXISTS ({DIRECT_TARGET}) AS direct FROM targets t
 ),
@@ -106,12 +118,37 @@ notified AS (
     SELECT pg_notify('mqd_' || md5(queue), $3) FROM routed WHERE direct
 )
 SELECT (SELECT count(*) FROM notified),
-       (SELECT set_config('synchronous_commit',
-                  CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
-                                           AND q.expires_ms IS NULL)
-                       THEN 'on' ELSE 'off' END, true)
-        FROM sent JOIN mq_queue q ON q.name = sent.queue)
+       (SELECT {DURABILITY} FROM sent JOIN mq_queue q ON q.name = sent.queue)
 """)
+
+# A persistent message that is no reply (an RPC request, an event) may wait for
+# its WAL flush. PostgreSQL holds the lock that serialises every NOTIFYing commit
+# of the cluster through that flush, so with the wake-up in the same transaction
+# each publisher's commit (and every reply's) queued behind another's flush and
+# none could share one. Such a message commits its rows first (flushes group),
+# and its wake-ups follow in a second transaction that flushes nothing, in the
+# same round trip: PUBLISH_DURABLE_SQL. The queues to wake pass between the two
+# in a session setting. Parameters as PUBLISH's first five.
+PUBLISH_ROWS = Prepared("mq_publish_rows", PUBLISH.types[:5], f"""
+WITH {ROUTE},
+sent AS (
+    INSERT INTO mq_message (queue, payload, expires_at)
+    SELECT queue, $3, now() + $4 * interval '1 millisecond' FROM targets
+    RETURNING queue
+)
+SELECT set_config('mq.wake', coalesce(array_agg(DISTINCT sent.queue)::text, '{{}}'), false),
+       {DURABILITY}
+FROM sent JOIN mq_queue q ON q.name = sent.queue
+""")
+
+# Wakes the queues PUBLISH_ROWS filled; returns how many (0: no route).
+WAKE = Prepared("mq_wake", (), """
+SELECT count(pg_notify('mq_' || md5(q), q)) FROM unnest(current_setting('mq.wake')::text[]) q
+""")
+
+# A committed wake-up that is lost (the session dies between the two) delays the
+# message to the next fallback poll; it never loses it.
+PUBLISH_DURABLE_SQL = f"BEGIN; {PUBLISH_ROWS.call}; COMMIT; {WAKE.call}"
 
 # Deletes the rows acked since the last claim in the same statement.
 # $1 lease pid, $2 lease backend start, $3 queues, $4 limit, $5 acked row ids.
@@ -151,7 +188,7 @@ WITH freed AS (
 SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM freed) f
 """)
 
-PREPARED = (PUBLISH, CLAIM, TAKE, DELETE, RELEASE)
+PREPARED = (PUBLISH, PUBLISH_ROWS, WAKE, CLAIM, TAKE, DELETE, RELEASE)
 
 # Run on the listening connection once it LISTENs: its backend takes these
 # consumers' direct replies. %s: queues, channel backend pids, consumer tags.
