@@ -179,14 +179,7 @@ def _seconds(mapping: dict, key: str, default, where: str) -> float:
     return seconds
 
 
-def parse_layout(data: dict) -> Layout:
-    if not isinstance(data, dict):
-        raise LayoutError("layout: not a mapping")
-    line = _require(data, "line", "layout")
-    buffer_slots = int(line.get("bufferSlots", 8))
-    if not 1 <= buffer_slots <= 64:
-        raise LayoutError("line.bufferSlots: must be 1..64")
-
+def _parse_equipment(data: dict) -> list[EquipmentSpec]:
     equipment = []
     seen = set()
     for i, e in enumerate(_require(data, "equipment", "layout")):
@@ -210,36 +203,51 @@ def parse_layout(data: dict) -> Layout:
                 plc=dict(e.get("plc") or {}),
             )
         )
+    return equipment
 
-    tools = tuple(
-        ToolSpec(id=str(t["id"]), kind=str(t.get("kind", t["id"])).lower(), name=str(t.get("name", t["id"])))
-        for t in data.get("tools", [])
-    )
-    tool_kinds = {t.kind for t in tools}
-    kinds = {e.kind for e in equipment}
 
+def _parse_route_step(s: dict, where: str, kinds: set[str], tool_kinds: set[str]) -> RouteStep:
+    """One step of a product's route; the equipment or tool it needs must exist."""
+    op = str(_require(s, "op", where))
+    if op not in STEP_OPS:
+        raise LayoutError(f"{where}: unknown op {op!r}")
+    kind = s.get("equipmentKind")
+    if op in ("process", "inspect"):
+        if kind not in kinds:
+            raise LayoutError(f"{where}: no equipment of kind {kind!r}")
+    elif op == "scan" and "scanner" not in tool_kinds:
+        raise LayoutError(f"{where}: scan needs a scanner tool")
+    elif op == "mark" and "marker" not in tool_kinds:
+        raise LayoutError(f"{where}: mark needs a marker tool")
+    return RouteStep(op=op, equipment_kind=kind)
+
+
+def _parse_products(data: dict, kinds: set[str], tool_kinds: set[str]) -> list[ProductSpec]:
     products = []
     for i, p in enumerate(_require(data, "products", "layout")):
         where = f"products[{i}]"
         pid = str(_require(p, "id", where))
-        steps = []
-        for j, s in enumerate(_require(p, "route", where)):
-            op = str(_require(s, "op", f"{where}.route[{j}]"))
-            if op not in STEP_OPS:
-                raise LayoutError(f"{where}.route[{j}]: unknown op {op!r}")
-            kind = s.get("equipmentKind")
-            if op in ("process", "inspect"):
-                if kind not in kinds:
-                    raise LayoutError(f"{where}.route[{j}]: no equipment of kind {kind!r}")
-            elif op == "scan" and "scanner" not in tool_kinds:
-                raise LayoutError(f"{where}.route[{j}]: scan needs a scanner tool")
-            elif op == "mark" and "marker" not in tool_kinds:
-                raise LayoutError(f"{where}.route[{j}]: mark needs a marker tool")
-            steps.append(RouteStep(op=op, equipment_kind=kind))
+        steps = [_parse_route_step(s, f"{where}.route[{j}]", kinds, tool_kinds)
+                 for j, s in enumerate(_require(p, "route", where))]
         if not steps:
             raise LayoutError(f"{where}: empty route")
         products.append(ProductSpec(id=pid, name=str(p.get("name", pid)), route=tuple(steps)))
+    return products
 
+
+def parse_layout(data: dict) -> Layout:
+    if not isinstance(data, dict):
+        raise LayoutError("layout: not a mapping")
+    line = _require(data, "line", "layout")
+    buffer_slots = int(line.get("bufferSlots", 8))
+    if not 1 <= buffer_slots <= 64:
+        raise LayoutError("line.bufferSlots: must be 1..64")
+    equipment = _parse_equipment(data)
+    tools = tuple(
+        ToolSpec(id=str(t["id"]), kind=str(t.get("kind", t["id"])).lower(), name=str(t.get("name", t["id"])))
+        for t in data.get("tools", [])
+    )
+    products = _parse_products(data, {e.kind for e in equipment}, {t.kind for t in tools})
     plc = _parse_plc(data["plc"], buffer_slots, equipment) if "plc" in data else None
 
     return Layout(
@@ -299,7 +307,8 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
     blocks.sort(key=lambda b: b[1])
     for (name_a, base_a, size_a), (name_b, base_b, _size_b) in pairwise(blocks):
         if base_a + size_a > base_b:
-            raise LayoutError(f"{name_b}: register block at {base_b} overlaps {name_a} ({base_a}..{base_a + size_a - 1})")
+            raise LayoutError(f"{name_b}: register block at {base_b} overlaps {name_a}"
+                              f" ({base_a}..{base_a + size_a - 1})")
     if blocks[-1][1] + blocks[-1][2] > 65536:
         raise LayoutError(f"{blocks[-1][0]}: register block runs past address 65535")
     return PlcMap(

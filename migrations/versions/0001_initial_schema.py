@@ -1,9 +1,4 @@
-"""initial schema: line control and AI runtime jobs
-
-Revision ID: 0001
-Revises: 
-Create Date: 2026-11-30 01:05:13.209149
-"""
+"""Revision 0001 (the first): the initial schema, line control and AI runtime jobs."""
 from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -34,7 +29,8 @@ def upgrade() -> None:
     sa.Column('target_id', sa.String(length=200), nullable=False),
     sa.Column('data', postgresql.JSONB(astext_type=sa.Text()), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.CheckConstraint("target_type IN ('user', 'material', 'knowledge_point')", name=op.f('ck_ai_snapshot_target_type')),
+    sa.CheckConstraint("target_type IN ('user', 'material', 'knowledge_point')",
+        name=op.f('ck_ai_snapshot_target_type')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_ai_snapshot'))
     )
     op.create_index('ix_ai_snapshot_user_id', 'ai_snapshot', ['user_id'], unique=False)
@@ -67,7 +63,8 @@ def upgrade() -> None:
     sa.Column('tx_id', sa.BigInteger(), nullable=False),
     sa.Column('type', sa.String(length=64), nullable=False),
     sa.Column('at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+        nullable=False),
     sa.Column('message_id', sa.String(length=64), nullable=True),
     sa.PrimaryKeyConstraint('seq', name=op.f('pk_event_log'))
     )
@@ -76,7 +73,8 @@ def upgrade() -> None:
     sa.Column('id', sa.String(length=64), nullable=False),
     sa.Column('type', sa.String(length=64), nullable=False),
     sa.Column('category', sa.String(length=16), nullable=False),
-    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('payload', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+        nullable=False),
     sa.Column('correlation_id', sa.String(length=64), nullable=True),
     sa.Column('actor', sa.String(length=200), nullable=True),
     sa.Column('status', sa.String(length=16), server_default='QUEUED', nullable=False),
@@ -85,10 +83,12 @@ def upgrade() -> None:
     sa.Column('error_message', sa.Text(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('handled_at', sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("status IN ('QUEUED', 'HANDLED', 'REJECTED', 'DUPLICATE', 'STALE', 'FAILED')", name=op.f('ck_loop_message_status')),
+    sa.CheckConstraint("status IN ('QUEUED', 'HANDLED', 'REJECTED', 'DUPLICATE', 'STALE', 'FAILED')",
+        name=op.f('ck_loop_message_status')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_loop_message'))
     )
-    op.create_index('ix_loop_message_queued', 'loop_message', ['created_at'], unique=False, postgresql_where=sa.text("status = 'QUEUED'"))
+    op.create_index('ix_loop_message_queued', 'loop_message', ['created_at'], unique=False,
+        postgresql_where=sa.text("status = 'QUEUED'"))
     op.create_table('work_order',
     sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
     sa.Column('code', sa.String(length=200), nullable=False),
@@ -104,7 +104,8 @@ def upgrade() -> None:
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("status IN ('CREATED', 'RUNNING', 'PAUSED', 'COMPLETED', 'CANCELLED')", name=op.f('ck_work_order_status')),
+    sa.CheckConstraint("status IN ('CREATED', 'RUNNING', 'PAUSED', 'COMPLETED', 'CANCELLED')",
+        name=op.f('ck_work_order_status')),
     sa.CheckConstraint('completed_qty + scrapped_qty <= quantity', name=op.f('ck_work_order_counts_le_quantity')),
     sa.CheckConstraint('completed_qty >= 0 AND scrapped_qty >= 0', name=op.f('ck_work_order_counts')),
     sa.CheckConstraint('priority BETWEEN 0 AND 9', name=op.f('ck_work_order_priority')),
@@ -146,23 +147,32 @@ def upgrade() -> None:
     sa.Column('error_message', sa.Text(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.CheckConstraint("api_key_mode IN ('platform_key', 'user_deepseek_key')", name=op.f('ck_ai_runtime_job_api_key_mode')),
-    sa.CheckConstraint("job_type IN ('learning_state_analysis', 'weak_point_analysis', 'next_action_planning', 'quiz_generation', 'flashcard_generation')", name=op.f('ck_ai_runtime_job_job_type')),
-    sa.CheckConstraint("status IN ('pending', 'locked', 'running', 'succeeded', 'failed', 'cancelled', 'expired')", name=op.f('ck_ai_runtime_job_status')),
-    sa.CheckConstraint("target_type IN ('user', 'material', 'knowledge_point')", name=op.f('ck_ai_runtime_job_target_type')),
+    sa.CheckConstraint("api_key_mode IN ('platform_key', 'user_deepseek_key')",
+        name=op.f('ck_ai_runtime_job_api_key_mode')),
+    sa.CheckConstraint("job_type IN ('learning_state_analysis', 'weak_point_analysis', 'next_action_planning', "
+        "'quiz_generation', 'flashcard_generation')", name=op.f('ck_ai_runtime_job_job_type')),
+    sa.CheckConstraint("status IN ('pending', 'locked', 'running', 'succeeded', 'failed', 'cancelled', 'expired')",
+        name=op.f('ck_ai_runtime_job_status')),
+    sa.CheckConstraint("target_type IN ('user', 'material', 'knowledge_point')",
+        name=op.f('ck_ai_runtime_job_target_type')),
     sa.CheckConstraint('retry_count >= 0 AND max_retry_count >= 0', name=op.f('ck_ai_runtime_job_retries')),
-    sa.ForeignKeyConstraint(['credential_id'], ['ai_credential.id'], name=op.f('fk_ai_runtime_job_credential_id_ai_credential')),
-    sa.ForeignKeyConstraint(['retried_from_job_id'], ['ai_runtime_job.id'], name=op.f('fk_ai_runtime_job_retried_from_job_id_ai_runtime_job')),
-    sa.ForeignKeyConstraint(['snapshot_id'], ['ai_snapshot.id'], name=op.f('fk_ai_runtime_job_snapshot_id_ai_snapshot')),
+    sa.ForeignKeyConstraint(['credential_id'], ['ai_credential.id'],
+        name=op.f('fk_ai_runtime_job_credential_id_ai_credential')),
+    sa.ForeignKeyConstraint(['retried_from_job_id'], ['ai_runtime_job.id'],
+        name=op.f('fk_ai_runtime_job_retried_from_job_id_ai_runtime_job')),
+    sa.ForeignKeyConstraint(['snapshot_id'], ['ai_snapshot.id'],
+        name=op.f('fk_ai_runtime_job_snapshot_id_ai_snapshot')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_ai_runtime_job'))
     )
     op.create_index('ix_ai_runtime_job_job_type', 'ai_runtime_job', ['job_type'], unique=False)
     op.create_index('ix_ai_runtime_job_lock_until', 'ai_runtime_job', ['lock_until'], unique=False)
-    op.create_index('ix_ai_runtime_job_poll', 'ai_runtime_job', ['job_type', 'priority', 'created_at'], unique=False, postgresql_where=sa.text("status = 'pending'"))
+    op.create_index('ix_ai_runtime_job_poll', 'ai_runtime_job', ['job_type', 'priority', 'created_at'], unique=False,
+        postgresql_where=sa.text("status = 'pending'"))
     op.create_index('ix_ai_runtime_job_status', 'ai_runtime_job', ['status'], unique=False)
     op.create_index('ix_ai_runtime_job_target', 'ai_runtime_job', ['target_type', 'target_id'], unique=False)
     op.create_index('ix_ai_runtime_job_user_id', 'ai_runtime_job', ['user_id'], unique=False)
-    op.create_index('uq_ai_runtime_job_idempotency', 'ai_runtime_job', ['user_id', 'job_type', 'target_type', 'target_id', 'idempotency_key'], unique=True, postgresql_where=sa.text('idempotency_key IS NOT NULL'))
+    op.create_index('uq_ai_runtime_job_idempotency', 'ai_runtime_job', ['user_id', 'job_type', 'target_type',
+        'target_id', 'idempotency_key'], unique=True, postgresql_where=sa.text('idempotency_key IS NOT NULL'))
     op.create_table('job',
     sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
     sa.Column('work_order_id', sa.BigInteger(), nullable=False),
@@ -173,19 +183,23 @@ def upgrade() -> None:
     sa.Column('position_ref_id', sa.String(length=64), nullable=True),
     sa.Column('temp_slot_no', sa.SmallInteger(), nullable=True),
     sa.Column('step_index', sa.Integer(), server_default='0', nullable=False),
-    sa.Column('context', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('context', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+        nullable=False),
     sa.Column('version', sa.Integer(), server_default='0', nullable=False),
     sa.Column('error_code', sa.String(length=64), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("position_type IN ('ON_DOCK', 'ON_ROBOT', 'ON_BUFFER', 'ON_EQUIPMENT', 'OUT')", name=op.f('ck_job_position_type')),
-    sa.CheckConstraint("status IN ('PENDING', 'QUEUED', 'MOVING', 'PROCESSING', 'WAITING_UNLOAD', 'PAUSED', 'SUSPENDED', 'ERROR', 'COMPLETED', 'SCRAPPED', 'CANCELLED')", name=op.f('ck_job_status')),
+    sa.CheckConstraint("position_type IN ('ON_DOCK', 'ON_ROBOT', 'ON_BUFFER', 'ON_EQUIPMENT', 'OUT')",
+        name=op.f('ck_job_position_type')),
+    sa.CheckConstraint("status IN ('PENDING', 'QUEUED', 'MOVING', 'PROCESSING', 'WAITING_UNLOAD', 'PAUSED', "
+        "'SUSPENDED', 'ERROR', 'COMPLETED', 'SCRAPPED', 'CANCELLED')", name=op.f('ck_job_status')),
     sa.ForeignKeyConstraint(['work_order_id'], ['work_order.id'], name=op.f('fk_job_work_order_id_work_order')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_job'))
     )
     op.create_index('ix_job_status', 'job', ['status'], unique=False)
-    op.create_index('ix_job_temp_slot_no', 'job', ['temp_slot_no'], unique=False, postgresql_where=sa.text('temp_slot_no IS NOT NULL'))
+    op.create_index('ix_job_temp_slot_no', 'job', ['temp_slot_no'], unique=False,
+        postgresql_where=sa.text('temp_slot_no IS NOT NULL'))
     op.create_index('ix_job_work_order_id_seq_no', 'job', ['work_order_id', 'seq_no'], unique=True)
     op.create_table('ai_job_transition',
     sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
@@ -217,7 +231,8 @@ def upgrade() -> None:
     sa.UniqueConstraint('idempotency_key', name=op.f('uq_ai_runtime_result_idempotency_key'))
     )
     op.create_index('ix_ai_runtime_result_job_id', 'ai_runtime_result', ['job_id'], unique=False)
-    op.create_index('uq_ai_runtime_result_succeeded', 'ai_runtime_result', ['job_id'], unique=True, postgresql_where=sa.text("status = 'succeeded'"))
+    op.create_index('uq_ai_runtime_result_succeeded', 'ai_runtime_result', ['job_id'], unique=True,
+        postgresql_where=sa.text("status = 'succeeded'"))
     op.create_table('equipment_slot',
     sa.Column('equipment_id', sa.String(length=64), nullable=False),
     sa.Column('slot_no', sa.SmallInteger(), nullable=False),
@@ -225,7 +240,8 @@ def upgrade() -> None:
     sa.Column('current_job_id', sa.BigInteger(), nullable=True),
     sa.Column('occupied_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.CheckConstraint("(status = 'EMPTY') = (current_job_id IS NULL)", name=op.f('ck_equipment_slot_job_iff_not_empty')),
+    sa.CheckConstraint("(status = 'EMPTY') = (current_job_id IS NULL)",
+        name=op.f('ck_equipment_slot_job_iff_not_empty')),
     sa.CheckConstraint("status IN ('EMPTY', 'OCCUPIED', 'DONE')", name=op.f('ck_equipment_slot_status')),
     sa.ForeignKeyConstraint(['current_job_id'], ['job.id'], name=op.f('fk_equipment_slot_current_job_id_job')),
     sa.ForeignKeyConstraint(['equipment_id'], ['equipment.id'], name=op.f('fk_equipment_slot_equipment_id_equipment')),
@@ -247,7 +263,8 @@ def upgrade() -> None:
     sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
-    sa.CheckConstraint("status IN ('PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED')", name=op.f('ck_task_status')),
+    sa.CheckConstraint("status IN ('PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED')",
+        name=op.f('ck_task_status')),
     sa.ForeignKeyConstraint(['equipment_id'], ['equipment.id'], name=op.f('fk_task_equipment_id_equipment')),
     sa.ForeignKeyConstraint(['job_id'], ['job.id'], name=op.f('fk_task_job_id_job')),
     sa.ForeignKeyConstraint(['work_order_id'], ['work_order.id'], name=op.f('fk_task_work_order_id_work_order')),
@@ -282,8 +299,10 @@ def upgrade() -> None:
     sa.Column('kind', sa.String(length=64), nullable=False),
     sa.Column('status', sa.String(length=16), server_default='OPEN', nullable=False),
     sa.Column('text', sa.Text(), nullable=False),
-    sa.Column('choices', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"), nullable=False),
-    sa.Column('context', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"), nullable=False),
+    sa.Column('choices', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"),
+        nullable=False),
+    sa.Column('context', postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'{}'::jsonb"),
+        nullable=False),
     sa.Column('job_id', sa.BigInteger(), nullable=True),
     sa.Column('equipment_id', sa.String(length=64), nullable=True),
     sa.Column('alarm_id', sa.BigInteger(), nullable=True),
@@ -312,7 +331,8 @@ def downgrade() -> None:
     op.drop_index('ix_task_job_id', table_name='task')
     op.drop_table('task')
     op.drop_table('equipment_slot')
-    op.drop_index('uq_ai_runtime_result_succeeded', table_name='ai_runtime_result', postgresql_where=sa.text("status = 'succeeded'"))
+    op.drop_index('uq_ai_runtime_result_succeeded', table_name='ai_runtime_result',
+        postgresql_where=sa.text("status = 'succeeded'"))
     op.drop_index('ix_ai_runtime_result_job_id', table_name='ai_runtime_result')
     op.drop_table('ai_runtime_result')
     op.drop_index('ix_ai_job_transition_job_id', table_name='ai_job_transition')
@@ -321,7 +341,8 @@ def downgrade() -> None:
     op.drop_index('ix_job_temp_slot_no', table_name='job', postgresql_where=sa.text('temp_slot_no IS NOT NULL'))
     op.drop_index('ix_job_status', table_name='job')
     op.drop_table('job')
-    op.drop_index('uq_ai_runtime_job_idempotency', table_name='ai_runtime_job', postgresql_where=sa.text('idempotency_key IS NOT NULL'))
+    op.drop_index('uq_ai_runtime_job_idempotency', table_name='ai_runtime_job',
+        postgresql_where=sa.text('idempotency_key IS NOT NULL'))
     op.drop_index('ix_ai_runtime_job_user_id', table_name='ai_runtime_job')
     op.drop_index('ix_ai_runtime_job_target', table_name='ai_runtime_job')
     op.drop_index('ix_ai_runtime_job_status', table_name='ai_runtime_job')

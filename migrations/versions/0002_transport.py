@@ -1,9 +1,4 @@
-"""transport: exchanges, queues, bindings, consumers, messages of pgsql://
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-30 01:15:15.282489
-"""
+"""Revision 0002 (after 0001): the exchanges, queues, bindings, consumers and messages of pgsql://."""
 import sqlalchemy as sa
 from alembic import op
 
@@ -47,8 +42,10 @@ def upgrade() -> None:
     sa.Column('queue', sa.Text(), nullable=False),
     sa.Column('routing_key', sa.Text(), nullable=False),
     sa.Column('pattern', sa.Text(), nullable=True),
-    sa.ForeignKeyConstraint(['exchange'], ['mq_exchange.name'], name=op.f('fk_mq_binding_exchange_mq_exchange'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_binding_queue_mq_queue'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['exchange'], ['mq_exchange.name'], name=op.f('fk_mq_binding_exchange_mq_exchange'),
+        ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_binding_queue_mq_queue'),
+        ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('exchange', 'queue', 'routing_key', name=op.f('pk_mq_binding'))
     )
     op.create_table('mq_consumer',
@@ -56,7 +53,8 @@ def upgrade() -> None:
     sa.Column('backend_pid', sa.Integer(), nullable=False),
     sa.Column('tag', sa.Text(), nullable=False),
     sa.Column('backend_started', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_consumer_queue_mq_queue'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_consumer_queue_mq_queue'),
+        ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('queue', 'backend_pid', 'tag', name=op.f('pk_mq_consumer'))
     )
     op.create_table('mq_message',
@@ -67,7 +65,8 @@ def upgrade() -> None:
     sa.Column('delivery_count', sa.Integer(), server_default='0', nullable=False),
     sa.Column('lease_pid', sa.Integer(), nullable=True),
     sa.Column('lease_started', sa.DateTime(timezone=True), nullable=True),
-    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_message_queue_mq_queue'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['queue'], ['mq_queue.name'], name=op.f('fk_mq_message_queue_mq_queue'),
+        ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_mq_message'))
     )
     op.create_index('ix_mq_message_queue_id', 'mq_message', ['queue', 'id'], unique=False)

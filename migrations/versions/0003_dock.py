@@ -1,9 +1,4 @@
-"""dock: pieces waiting at the docking station, so a refill never asks for more
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-30 04:20:00
-"""
+"""Revision 0003 (after 0002): the dock, its pieces waiting, so a refill never asks for more."""
 import sqlalchemy as sa
 from alembic import op
 

@@ -1,9 +1,4 @@
-"""mq_consumer: the listening connection that takes a consumer's direct replies
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-01 19:40:00
-"""
+"""Revision 0004 (after 0003): mq_consumer's listening connection for its direct replies."""
 import sqlalchemy as sa
 from alembic import op
 

@@ -1,10 +1,4 @@
-"""What an operator looks at: machine-state intervals and cycles (the loop's
-rollup behind /api/stats), alarm shelving, and the indexes of history queries
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-01 22:40:00
-"""
+"""Revision 0005 (after 0004): machine states, cycles, alarm shelving, history indexes."""
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from services.ai_jobs import repository as repo
 from services.ai_jobs.domain import AiJobError, QueueTimings, output_hash
 from shared.db.engine import make_engine, make_sessionmaker
+from tests.support.ai_jobs import insert_pending_jobs
 
 TIMINGS = QueueTimings(lock_seconds=30, retry_backoff_seconds=0)
 OUTPUT = {"summary": "ok", "masteryLevel": 0.5}
@@ -24,12 +25,7 @@ OUTPUT = {"summary": "ok", "masteryLevel": 0.5}
 
 def seed_jobs(engine, n, job_type="learning_state_analysis"):
     with engine.begin() as c:
-        c.execute(text("""
-            INSERT INTO ai_runtime_job (id, user_id, job_type, target_type, target_id, priority,
-                                        output_schema_version, created_at)
-            SELECT gen_random_uuid()::text, 'u' || (g % 97), :t, 'user', 't' || g, g % 10, '1',
-                   now() - make_interval(secs => :n - g)
-            FROM generate_series(1, :n) AS g"""), {"n": n, "t": job_type})
+        insert_pending_jobs(c, n, job_type)
 
 
 def unit(sm, fn, *args, **kwargs):

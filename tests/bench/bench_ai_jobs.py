@@ -6,8 +6,9 @@ straight from PostgreSQL: poll → lock → heartbeat → result with the offlin
 provider's output (the seed protocol), and poll(claim) → heartbeat → result
 (``claim: true``), at 1, 10, 50 and 200 runtimes. Runtimes are threads with
 one keep-alive HTTP connection each (a lean ``http.client``, see
-``LeanClient``), split over client processes so the client is not the bound. Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll
-that locks). In the same run, the reference: the same conditional-UPDATE lock
+``LeanClient``), split over client processes so the client is not the bound.
+Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
+locks). In the same run, the reference: the same conditional-UPDATE lock
 done directly with psycopg2 (no HTTP), its rate, and the ratio. Then the poll
 at 100k pending jobs, as SQL and over HTTP.
 
@@ -41,7 +42,9 @@ from services.ai_jobs.domain import QueueTimings, output_hash  # noqa: E402
 from services.ai_runtime.client import ProtocolError, RuntimeClient  # noqa: E402
 from services.ai_runtime.providers import OfflineProvider  # noqa: E402
 from shared.db.engine import make_engine, make_sessionmaker  # noqa: E402
+from tests.support.ai_jobs import insert_pending_jobs  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
+from tests.support.processes import stop_process  # noqa: E402
 
 TOKENS = "platform:platform-token-000001,runtime:runtime-token-000001"
 RUNTIME_TOKEN = "runtime-token-000001"
@@ -60,12 +63,7 @@ def pct(values, p):
 def seed(engine, n, job_type=JOB_TYPE):
     with engine.begin() as c:
         c.execute(text("DELETE FROM ai_job_transition; DELETE FROM ai_runtime_result; DELETE FROM ai_runtime_job"))
-        c.execute(text("""
-            INSERT INTO ai_runtime_job (id, user_id, job_type, target_type, target_id, priority,
-                                        output_schema_version, created_at)
-            SELECT gen_random_uuid()::text, 'u' || (g % 97), :t, 'user', 't' || g, g % 10, '1',
-                   now() - make_interval(secs => :n - g)
-            FROM generate_series(1, :n) AS g"""), {"n": n, "t": job_type})
+        insert_pending_jobs(c, n, job_type)
         c.execute(text("ANALYZE ai_runtime_job"))
 
 
@@ -320,11 +318,7 @@ def main() -> int:
         engine.dispose()
     finally:
         if gateway is not None:
-            gateway.terminate()
-            try:
-                gateway.wait(30)
-            except subprocess.TimeoutExpired:
-                gateway.kill()
+            stop_process(gateway, timeout=30)
         dbs.close()
     return 0
 

@@ -48,6 +48,7 @@ from shared.db.engine import make_engine, make_sessionmaker  # noqa: E402
 from shared.db.models import EventLog, WorkOrder  # noqa: E402
 from tests.gateway.standin import EventWriter, StandInLineController, append_events, seed_line  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
+from tests.support.timing import durations  # noqa: E402
 
 TOKEN = "bench-operator-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -98,15 +99,6 @@ def load(fn, total, concurrency):
         pool.spawn(client)
     pool.waitall()
     return len(latencies) / (time.perf_counter() - start), latencies
-
-
-def sequential(fn, n):
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def ws_latency(base, writer, clients, events):
@@ -177,6 +169,77 @@ def row(name, value, ref, unit, target=None):
     print(f"{name:<44} {value:10.2f} {ref_s} {ratio} {unit:<6} {tgt}")
 
 
+ORDER = {"productId": "SHAFT-B", "quantity": 1}  # the order each command creates
+
+
+def start_gateway(db_url: str, amqp_uri: str, data_dir: str) -> tuple[subprocess.Popen, str]:
+    """``python -m gateway`` on a free port; the process and its base URL."""
+    port = free_port()
+    env = {**os.environ, "LINECTL_DATABASE_URL": db_url, "LINECTL_AMQP_URI": amqp_uri,
+           "LINECTL_TOKENS": f"operator:{TOKEN}", "LINECTL_HTTP_PORT": str(port),
+           "LINECTL_DATA_DIR": data_dir, "LINECTL_LOG_LEVEL": "WARNING"}
+    gw = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "gateway", "--threads", "300"],
+                          env=env, cwd=ROOT)
+    return gw, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(base: str) -> None:
+    for _ in range(300):
+        try:
+            if requests.get(base + "/readyz", timeout=1).ok:
+                break
+        except requests.RequestException:
+            pass
+        eventlet.sleep(0.1)
+
+
+def measure_reads(base: str, maker, session, requests_n: int) -> None:
+    """Work-order reads under load and one at a time (reference: the same query and serialisation)."""
+    def read(session):
+        r = session.get(base + "/api/work-orders?limit=50", headers=AUTH)
+        assert r.status_code == 200
+
+    def read_ref():
+        with maker() as s:
+            [serialize.work_order(o) for o in s.scalars(select(WorkOrder).order_by(WorkOrder.id).limit(50))]
+
+    rps, lat = load(read, requests_n, CONCURRENCY)
+    row("read: requests/s (20 clients)", rps, None, "req/s")
+    row("read: p50 (20 clients)", pct(lat, 50), None, "ms")
+    row("read: p99 (20 clients)", pct(lat, 99), None, "ms")
+    idle = durations(lambda: read(session), 300)
+    ref_lat = durations(read_ref, 300)
+    row("read idle: p50 | ref: same query+serialize", pct(idle, 50), pct(ref_lat, 50), "ms")
+    row("read idle: p99 | ref: same query+serialize", pct(idle, 99), pct(ref_lat, 99), "ms")
+
+
+def measure_commands(base: str, config: dict, session, commands_n: int) -> None:
+    """CreateOrder under load and one at a time (reference: the same command by direct RPC)."""
+    def command(session):
+        r = session.post(base + "/api/work-orders", json=ORDER, headers=AUTH)
+        assert r.status_code == 201, r.text
+
+    rps, lat = load(command, commands_n, CONCURRENCY)
+    row("command: requests/s (20 clients)", rps, None, "req/s")
+    row("command: p99 (20 clients)", pct(lat, 99), None, "ms")
+    idle = durations(lambda: command(session), 200)
+    with ClusterRpcProxy(config, timeout=10) as rpc:
+        ref = durations(lambda: rpc.line_controller.command(
+            "CreateOrder", ORDER, "bench", command_id=uuid.uuid4().hex, wait_seconds=2), 200)
+    row("command idle: p50 | ref: direct RPC", pct(idle, 50), pct(ref, 50), "ms")
+    row("command idle: p99 | ref: direct RPC", pct(idle, 99), pct(ref, 99), "ms", "< 50 ms")
+
+
+def measure_events(base: str, writer, amqp_uri: str, events: int) -> None:
+    """Committed event -> websocket frame at 1, 50, 200 clients (reference: a bare kombu consumer)."""
+    ref = bare_consumer_latency(amqp_uri, writer, events)
+    for clients in (1, 50, 200):
+        lat = ws_latency(base, writer, clients, events)
+        tgt = "< 50 ms" if clients == 200 else None
+        row(f"event→frame p50, {clients} clients | ref: kombu", pct(lat, 50), pct(ref, 50), "ms")
+        row(f"event→frame p99, {clients} clients | ref: kombu", pct(lat, 99), pct(ref, 99), "ms", tgt)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
@@ -194,68 +257,19 @@ def main():
               "max_workers": 40}
     container = ServiceContainer(StandInLineController, config)
     container.start()
-    port = free_port()
     tmp = tempfile.TemporaryDirectory()
-    env = {**os.environ, "LINECTL_DATABASE_URL": db_url, "LINECTL_AMQP_URI": amqp_uri,
-           "LINECTL_TOKENS": f"operator:{TOKEN}", "LINECTL_HTTP_PORT": str(port),
-           "LINECTL_DATA_DIR": tmp.name, "LINECTL_LOG_LEVEL": "WARNING"}
-    gw = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "gateway", "--threads", "300"],
-                          env=env, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
+    gw, base = start_gateway(db_url, amqp_uri, tmp.name)
     try:
-        for _ in range(300):
-            try:
-                if requests.get(base + "/readyz", timeout=1).ok:
-                    break
-            except requests.RequestException:
-                pass
-            eventlet.sleep(0.1)
-        body = {"productId": "SHAFT-B", "quantity": 1}
+        wait_ready(base)
         for _ in range(50):
-            requests.post(base + "/api/work-orders", json=body, headers=AUTH).raise_for_status()
+            requests.post(base + "/api/work-orders", json=ORDER, headers=AUTH).raise_for_status()
 
         print(f"gateway benchmark ({amqp_uri.split(':')[0]} transport, {CONCURRENCY} clients)")
         print(f"{'measure':<44} {'gateway':>10} {'reference':>10} {'ratio':>7} unit   target")
-
-        def read(session):
-            r = session.get(base + "/api/work-orders?limit=50", headers=AUTH)
-            assert r.status_code == 200
-
-        def read_ref():
-            with maker() as s:
-                [serialize.work_order(o) for o in s.scalars(select(WorkOrder).order_by(WorkOrder.id).limit(50))]
-
-        rps, lat = load(read, args.requests, CONCURRENCY)
-        row("read: requests/s (20 clients)", rps, None, "req/s")
-        row("read: p50 (20 clients)", pct(lat, 50), None, "ms")
-        row("read: p99 (20 clients)", pct(lat, 99), None, "ms")
         session = requests.Session()
-        idle = sequential(lambda: read(session), 300)
-        ref_lat = sequential(read_ref, 300)
-        row("read idle: p50 | ref: same query+serialize", pct(idle, 50), pct(ref_lat, 50), "ms")
-        row("read idle: p99 | ref: same query+serialize", pct(idle, 99), pct(ref_lat, 99), "ms")
-
-        def command(session):
-            r = session.post(base + "/api/work-orders", json=body, headers=AUTH)
-            assert r.status_code == 201, r.text
-
-        rps, lat = load(command, args.commands, CONCURRENCY)
-        row("command: requests/s (20 clients)", rps, None, "req/s")
-        row("command: p99 (20 clients)", pct(lat, 99), None, "ms")
-        idle = sequential(lambda: command(session), 200)
-        with ClusterRpcProxy(config, timeout=10) as rpc:
-            ref = sequential(lambda: rpc.line_controller.command(
-                "CreateOrder", body, "bench", command_id=uuid.uuid4().hex, wait_seconds=2), 200)
-        row("command idle: p50 | ref: direct RPC", pct(idle, 50), pct(ref, 50), "ms")
-        row("command idle: p99 | ref: direct RPC", pct(idle, 99), pct(ref, 99), "ms", "< 50 ms")
-
-        writer = TimedWriter(maker, config)
-        ref = bare_consumer_latency(amqp_uri, writer, args.events)
-        for clients in (1, 50, 200):
-            lat = ws_latency(base, writer, clients, args.events)
-            tgt = "< 50 ms" if clients == 200 else None
-            row(f"event→frame p50, {clients} clients | ref: kombu", pct(lat, 50), pct(ref, 50), "ms")
-            row(f"event→frame p99, {clients} clients | ref: kombu", pct(lat, 99), pct(ref, 99), "ms", tgt)
+        measure_reads(base, maker, session, args.requests)
+        measure_commands(base, config, session, args.commands)
+        measure_events(base, TimedWriter(maker, config), amqp_uri, args.events)
     finally:
         gw.terminate()
         gw.wait(timeout=20)
@@ -264,7 +278,6 @@ def main():
         dbs.close()
         if vhost:
             subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=60)
-
 
 if __name__ == "__main__":
     main()

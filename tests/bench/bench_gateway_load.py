@@ -25,14 +25,9 @@ share the machine's two cores with the whole stack: figures are indicative.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
-import re
 import select
-import selectors
 import signal
-import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -45,9 +40,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.raw_websockets import Readers, handshake, masked  # noqa: E402
 from tests.ops.stack import Stack  # noqa: E402
-
-SEQ = re.compile(rb'^\{"seq": (\d+)')
 
 
 def pct(values, p):
@@ -62,114 +56,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-class Client(socket.socket):
-    rest = b""  # bytes that came after the handshake's response
-
-
-def handshake(port: int, token: str, after: int | None = None, rcvbuf: int | None = None):
-    """A websocket handshake on a raw socket; the socket, or the HTTP status it was refused with."""
-    sock = Client()
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    query = "" if after is None else f"?after={after}"
-    sock.sendall((f"GET /ws{query} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                  f"Authorization: Bearer {token}\r\n\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConnectionError("closed during the handshake")
-        head += chunk
-    status = int(head.split(b" ", 2)[1])
-    if status != 101:
-        sock.close()
-        return status
-    sock.rest = head.split(b"\r\n\r\n", 1)[1]
-    return sock
-
-
-def masked(opcode: int, payload: bytes) -> bytes:
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes((0x80 | opcode,)) + (bytes((0x80 | n,)) if n < 126 else
-                                       bytes((0x80 | 126,)) + struct.pack("!H", n) if n < 65536 else
-                                       bytes((0x80 | 127,)) + struct.pack("!Q", n))
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-
-class Readers:
-    """Many websocket clients on one selector thread: parses server frames,
-    records each event frame's arrival time and answers pings."""
-
-    def __init__(self):
-        self.sel = selectors.DefaultSelector()
-        self.arrivals: dict[int, list[float]] = {}
-        self.clients = 0
-        self.closed = 0
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def add(self, sock) -> None:
-        """Before start(): the selector is the reading thread's alone after that."""
-        sock.setblocking(False)
-        self.sel.register(sock, selectors.EVENT_READ, bytearray(sock.rest))
-        self.clients += 1
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self):
-        while not self._stop:
-            for key, _ in self.sel.select(0.05):
-                try:
-                    data = key.fileobj.recv(262144)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                now = time.time()
-                if not data:
-                    self.sel.unregister(key.fileobj)
-                    self.closed += 1
-                    continue
-                buf = key.data
-                buf += data
-                self._frames(key.fileobj, buf, now)
-
-    def _frames(self, sock, buf: bytearray, now: float):
-        while len(buf) >= 2:
-            opcode, n, i = buf[0] & 0x0F, buf[1] & 0x7F, 2
-            if n == 126:
-                if len(buf) < 4:
-                    return
-                n, i = struct.unpack("!H", buf[2:4])[0], 4
-            elif n == 127:
-                if len(buf) < 10:
-                    return
-                n, i = struct.unpack("!Q", buf[2:10])[0], 10
-            if len(buf) < i + n:
-                return
-            payload = bytes(buf[i:i + n])
-            del buf[:i + n]
-            if opcode == 0x1:
-                found = SEQ.search(payload, 0, 64)  # frames start with their seq: no full decode
-                if found:
-                    self.arrivals.setdefault(int(found.group(1)), []).append(now)
-            elif opcode == 0x9:
-                try:
-                    sock.send(masked(0xA, payload))
-                except OSError:
-                    pass
-
-    def stop(self):
-        self._stop = True
-        self.thread.join(5)
 
 
 class Relay:
@@ -260,14 +146,174 @@ def row(name, value, ref=None, unit="", target=""):
     print(f"{name:<52} {value:10.1f} {ref_s} {ratio}  {unit:<6} {target}", flush=True)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--reads-per-second", type=float, default=20.0)
     parser.add_argument("--commands-per-second", type=float, default=2.0)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+class Bench:
+    """The stack under test, as each measure needs it: its base URL and port, an
+    operator's token, the gateway worker's pid, the broker URI of the bare relay."""
+
+    def __init__(self, stack: Stack, args):
+        self.stack, self.args = stack, args
+        self.token = stack.token("operator")
+        self.auth = {"Authorization": f"Bearer {self.token}"}
+        gateway = stack.process("gateway")
+        self.worker = int(Path(f"/proc/{gateway}/task/{gateway}/children").read_text().split()[0])
+        amqp_uri = "pgsql://" + stack.output().split("database: postgresql://", 1)[1].split()[0]
+        self.amqp_uri = amqp_uri.replace("***", (stack.data_dir / "pg.password").read_text().strip())
+
+    def handshake(self, **kwargs):
+        return handshake(self.stack.http_port, self.token, **kwargs)
+
+    def steady_rest(self):
+        return steady_rest(self.stack.base, self.token, self.args.seconds, self.args.reads_per_second,
+                           self.args.commands_per_second)
+
+
+def open_sockets(bench: Bench) -> tuple[Readers, float]:
+    """The clients' websockets, opened one after the other; how long that took."""
+    readers = Readers()
+    t0 = time.monotonic()
+    for _ in range(bench.args.clients):
+        sock = bench.handshake()
+        if isinstance(sock, int):
+            raise SystemExit(f"handshake refused with {sock}")
+        readers.add(sock)
+    opened = time.monotonic() - t0
+    readers.start()
+    return readers, opened
+
+
+def measure_open_sockets(bench: Bench) -> Readers:
+    """A running order; REST, commands and events with the sockets open, against
+    the reference: REST with no websocket open, the events at a bare relay."""
+    args, stack, worker = bench.args, bench.stack, bench.worker
+    requests.post(stack.base + "/api/work-orders", json={"productId": "SHAFT-B", "quantity": 50},
+                  headers=bench.auth, timeout=10)
+    ref_reads, ref_cmds, _ = bench.steady_rest()
+    rss_idle = rss_mib(worker)
+
+    readers, opened = open_sockets(bench)
+    relay = Relay(bench.amqp_uri)
+    time.sleep(1.0)
+    rss_open = rss_mib(worker)
+    reads, cmds, errors = bench.steady_rest()
+    time.sleep(2.0)  # the last frames on their way
+    after = min(readers.arrivals) - 1 if readers.arrivals else 0
+    at = event_times(stack.base, bench.token, after)
+    frame_lat = [t - at[seq] for seq, ts in readers.arrivals.items() if seq in at for t in ts]
+    relay_lat = [t - at[seq] for seq, t in relay.arrivals.items() if seq in at]
+    complete = sum(1 for seq in relay.arrivals if len(readers.arrivals.get(seq, ())) == args.clients)
+    relay.relay.stop()
+
+    row("REST read p50 (ms), sockets open vs none", pct(reads, 50) * 1e3, pct(ref_reads, 50) * 1e3, "ms")
+    row("REST read p99 (ms), sockets open vs none", pct(reads, 99) * 1e3, pct(ref_reads, 99) * 1e3, "ms",
+        "< 200 ms")
+    row("command p50 (ms), sockets open vs none", pct(cmds, 50) * 1e3, pct(ref_cmds, 50) * 1e3, "ms")
+    row("command p99 (ms), sockets open vs none", pct(cmds, 99) * 1e3, pct(ref_cmds, 99) * 1e3, "ms",
+        "< 200 ms")
+    row("REST answers >= 500 or failed while open", len(errors), None, "")
+    row("event -> frame p50 (ms) vs bare relay", pct(frame_lat, 50) * 1e3, pct(relay_lat, 50) * 1e3, "ms")
+    row("event -> frame p99 (ms) vs bare relay", pct(frame_lat, 99) * 1e3, pct(relay_lat, 99) * 1e3, "ms",
+        "< 100 ms")
+    fanout = fanout_quantiles(stack.base)
+    row("gateway fan-out to all sockets p50 (ms, histogram)", fanout[0] * 1e3, None, "ms",
+        "relay -> every socket's send, inside the gateway")
+    row("gateway fan-out to all sockets p99 (ms, histogram)", fanout[1] * 1e3, None, "ms")
+    row("events seen by every client / by the relay", complete, len(relay.arrivals), "")
+    row(f"{args.clients} handshakes (s)", opened, None, "s")
+    row("worker memory per open socket (KiB)", (rss_open - rss_idle) * 1024 / args.clients, None, "KiB")
+    print(f"  (worker RSS {rss_idle:.1f} MiB idle, {rss_open:.1f} MiB with {args.clients} open)")
+    return readers
+
+
+def measure_over_the_cap(bench: Bench) -> None:
+    """A handshake over the cap."""
+    extra = [bench.handshake() for _ in range(10)]
+    t0 = time.monotonic()
+    refused = bench.handshake()
+    row("handshake over the cap: status, in ms", (time.monotonic() - t0) * 1e3, None, "ms",
+        f"HTTP {refused} (503 at once)")
+    for s in extra:
+        if not isinstance(s, int):
+            s.close()
+
+
+def measure_a_flood(bench: Bench) -> None:
+    """A client flooding 64 MiB of messages."""
+    worker = bench.worker
+    flood = bench.handshake()
+    while isinstance(flood, int):  # the slots the extra sockets held are freed as they close
+        time.sleep(0.1)
+        flood = bench.handshake()
+    before = rss_mib(worker)
+    peak = before
+    chunk = masked(0x1, b"f" * 4000) * 64
+    sent, t0 = 0, time.monotonic()
+    try:
+        while sent < 64 * 1024 * 1024:  # 64 MiB of client messages, or until cut off
+            flood.sendall(chunk)
+            sent += len(chunk)
+            peak = max(peak, rss_mib(worker))
+        flood.sendall(masked(0x9, b"end"))
+        flood.settimeout(30)
+        while (data := flood.recv(65536)) and b"end" not in data:
+            pass
+    except OSError:
+        pass  # cut off
+    cut_after = time.monotonic() - t0
+    during = max(peak, rss_mib(worker))
+    flood.close()
+    time.sleep(1.0)
+    row("64 MiB flood: worker growth during (MiB)", during - before, 64, "MiB", "< 16 MiB")
+    row("64 MiB flood: worker growth after close (MiB)", rss_mib(worker) - before, 64, "MiB", "freed")
+    row("64 MiB flood: MiB the client wrote (read, dropped)", sent / 2**20, 64, "MiB",
+        f"connection ended {cut_after:.1f} s after the flood began")
+
+
+def measure_a_stalled_reader(bench: Bench) -> None:
+    """A client that asks for the whole log and never reads it."""
+    worker = bench.worker
+    stalled = bench.handshake(after=0, rcvbuf=4096)
+    before = rss_mib(worker)
+    t0 = time.monotonic()
+    watch = select.poll()
+    watch.register(stalled, select.POLLHUP | select.POLLERR)  # a reset, seen without reading
+    peak = before
+    while not watch.poll(200) and time.monotonic() - t0 < 120:
+        peak = max(peak, rss_mib(worker))
+    cut = time.monotonic() - t0
+    row("stalled reader: reset by the gateway after (s)", cut, None, "s",
+        "no progress 10 s + 10 s to read the close (or 2 unanswered pings)")
+    row("stalled reader: worker growth during / after (MiB)", peak - before, None, "MiB",
+        f"after: {rss_mib(worker) - before:.1f} MiB")
+    stalled.close()
+
+
+def measure_a_killed_controller(bench: Bench) -> None:
+    """Readiness and commands after kill -9 of the line_controller."""
+    stack = bench.stack
+    os.kill(stack.process("line_controller"), signal.SIGKILL)
+    t0 = time.monotonic()
+    while requests.get(stack.base + "/readyz", timeout=10).status_code != 503:
+        pass
+    row("/readyz 503 after kill -9 of line_controller (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
+        "< 1000 ms")
+    t0 = time.monotonic()
+    r = requests.post(stack.base + "/api/work-orders", json={"productId": "BRACKET-A", "quantity": 1},
+                      headers=bench.auth, timeout=30)
+    row("command while it is gone (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
+        f"HTTP {r.status_code} (503 within ~1 s)")
+
+
+def main():
+    args = parse_args()
     # A bench stopped by timeout or Ctrl-C still stops its stack (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.TemporaryDirectory()
@@ -277,133 +323,15 @@ def main():
     try:
         stack.up()
         stack.wait_line("linectl: ready", timeout=180)
-        token = stack.token("operator")
-        auth = {"Authorization": f"Bearer {token}"}
-        gateway = stack.process("gateway")
-        worker = int(Path(f"/proc/{gateway}/task/{gateway}/children").read_text().split()[0])
-        amqp_uri = "pgsql://" + stack.output().split("database: postgresql://", 1)[1].split()[0]
-        amqp_uri = amqp_uri.replace("***", (stack.data_dir / "pg.password").read_text().strip())
-        print(f"stack up; gateway worker pid {worker}; {args.clients} websocket clients\n")
+        bench = Bench(stack, args)
+        print(f"stack up; gateway worker pid {bench.worker}; {args.clients} websocket clients\n")
         print(f"{'measure':<52} {'linectl':>10} {'reference':>10} {'ratio':>8}  unit   target")
-
-        # -- a running order; the reference: REST with no websocket open -------------------------
-        requests.post(stack.base + "/api/work-orders", json={"productId": "SHAFT-B", "quantity": 50},
-                      headers=auth, timeout=10)
-        ref_reads, ref_cmds, _ = steady_rest(stack.base, token, args.seconds,
-                                             args.reads_per_second, args.commands_per_second)
-        rss_idle = rss_mib(worker)
-
-        # -- 1,000 websockets, a running order ------------------------------------------------
-        readers = Readers()
-        t0 = time.monotonic()
-        for _ in range(args.clients):
-            sock = handshake(stack.http_port, token)
-            if isinstance(sock, int):
-                raise SystemExit(f"handshake refused with {sock}")
-            readers.add(sock)
-        opened = time.monotonic() - t0
-        readers.start()
-        relay = Relay(amqp_uri)
-        time.sleep(1.0)
-        rss_open = rss_mib(worker)
-        reads, cmds, errors = steady_rest(stack.base, token, args.seconds, args.reads_per_second,
-                                          args.commands_per_second)
-        time.sleep(2.0)  # the last frames on their way
-        after = min(readers.arrivals) - 1 if readers.arrivals else 0
-        at = event_times(stack.base, token, after)
-        frame_lat = [t - at[seq] for seq, ts in readers.arrivals.items() if seq in at for t in ts]
-        relay_lat = [t - at[seq] for seq, t in relay.arrivals.items() if seq in at]
-        complete = sum(1 for seq in relay.arrivals if len(readers.arrivals.get(seq, ())) == args.clients)
-        relay.relay.stop()
-
-        row("REST read p50 (ms), sockets open vs none", pct(reads, 50) * 1e3, pct(ref_reads, 50) * 1e3, "ms")
-        row("REST read p99 (ms), sockets open vs none", pct(reads, 99) * 1e3, pct(ref_reads, 99) * 1e3, "ms",
-            "< 200 ms")
-        row("command p50 (ms), sockets open vs none", pct(cmds, 50) * 1e3, pct(ref_cmds, 50) * 1e3, "ms")
-        row("command p99 (ms), sockets open vs none", pct(cmds, 99) * 1e3, pct(ref_cmds, 99) * 1e3, "ms",
-            "< 200 ms")
-        row("REST answers >= 500 or failed while open", len(errors), None, "")
-        row("event -> frame p50 (ms) vs bare relay", pct(frame_lat, 50) * 1e3, pct(relay_lat, 50) * 1e3, "ms")
-        row("event -> frame p99 (ms) vs bare relay", pct(frame_lat, 99) * 1e3, pct(relay_lat, 99) * 1e3, "ms",
-            "< 100 ms")
-        fanout = fanout_quantiles(stack.base)
-        row("gateway fan-out to all sockets p50 (ms, histogram)", fanout[0] * 1e3, None, "ms",
-            "relay -> every socket's send, inside the gateway")
-        row("gateway fan-out to all sockets p99 (ms, histogram)", fanout[1] * 1e3, None, "ms")
-        row("events seen by every client / by the relay", complete, len(relay.arrivals), "")
-        row(f"{args.clients} handshakes (s)", opened, None, "s")
-        row("worker memory per open socket (KiB)", (rss_open - rss_idle) * 1024 / args.clients, None, "KiB")
-        print(f"  (worker RSS {rss_idle:.1f} MiB idle, {rss_open:.1f} MiB with {args.clients} open)")
-
-        # -- a handshake over the cap ----------------------------------------------------------
-        extra = [handshake(stack.http_port, token) for _ in range(10)]
-        t0 = time.monotonic()
-        refused = handshake(stack.http_port, token)
-        row("handshake over the cap: status, in ms", (time.monotonic() - t0) * 1e3, None, "ms",
-            f"HTTP {refused} (503 at once)")
-        for s in extra:
-            if not isinstance(s, int):
-                s.close()
-
-        # -- a flooding client ------------------------------------------------------------------
-        flood = handshake(stack.http_port, token)
-        while isinstance(flood, int):  # the slots the extra sockets held are freed as they close
-            time.sleep(0.1)
-            flood = handshake(stack.http_port, token)
-        before = rss_mib(worker)
-        peak = before
-        chunk = masked(0x1, b"f" * 4000) * 64
-        sent, t0 = 0, time.monotonic()
-        try:
-            while sent < 64 * 1024 * 1024:  # 64 MiB of client messages, or until cut off
-                flood.sendall(chunk)
-                sent += len(chunk)
-                peak = max(peak, rss_mib(worker))
-            flood.sendall(masked(0x9, b"end"))
-            flood.settimeout(30)
-            while (data := flood.recv(65536)) and b"end" not in data:
-                pass
-        except OSError:
-            pass  # cut off
-        cut_after = time.monotonic() - t0
-        during = max(peak, rss_mib(worker))
-        flood.close()
-        time.sleep(1.0)
-        row("64 MiB flood: worker growth during (MiB)", during - before, 64, "MiB", "< 16 MiB")
-        row("64 MiB flood: worker growth after close (MiB)", rss_mib(worker) - before, 64, "MiB", "freed")
-        row("64 MiB flood: MiB the client wrote (read, dropped)", sent / 2**20, 64, "MiB",
-            f"connection ended {cut_after:.1f} s after the flood began")
-
-        # -- a stalled reader ---------------------------------------------------------------------
-        stalled = handshake(stack.http_port, token, after=0, rcvbuf=4096)  # the whole log, never read
-        before = rss_mib(worker)
-        t0 = time.monotonic()
-        watch = select.poll()
-        watch.register(stalled, select.POLLHUP | select.POLLERR)  # a reset, seen without reading
-        peak = before
-        while not watch.poll(200) and time.monotonic() - t0 < 120:
-            peak = max(peak, rss_mib(worker))
-        cut = time.monotonic() - t0
-        row("stalled reader: reset by the gateway after (s)", cut, None, "s",
-            "no progress 10 s + 10 s to read the close (or 2 unanswered pings)")
-        row("stalled reader: worker growth during / after (MiB)", peak - before, None, "MiB",
-            f"after: {rss_mib(worker) - before:.1f} MiB")
-        stalled.close()
+        readers = measure_open_sockets(bench)
+        measure_over_the_cap(bench)
+        measure_a_flood(bench)
+        measure_a_stalled_reader(bench)
         readers.stop()
-
-        # -- readiness and commands after kill -9 of the line_controller -------------------------
-        controller = stack.process("line_controller")
-        os.kill(controller, signal.SIGKILL)
-        t0 = time.monotonic()
-        while requests.get(stack.base + "/readyz", timeout=10).status_code != 503:
-            pass
-        row("/readyz 503 after kill -9 of line_controller (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
-            "< 1000 ms")
-        t0 = time.monotonic()
-        r = requests.post(stack.base + "/api/work-orders", json={"productId": "BRACKET-A", "quantity": 1},
-                          headers=auth, timeout=30)
-        row("command while it is gone (ms)", (time.monotonic() - t0) * 1e3, None, "ms",
-            f"HTTP {r.status_code} (503 within ~1 s)")
+        measure_a_killed_controller(bench)
     finally:
         stack.cleanup()
         tmp.cleanup()

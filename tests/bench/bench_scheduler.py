@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from services.line_controller.scheduler import (  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
 from shared.db.models import Equipment, EquipmentSlot, Job, WorkOrder  # noqa: E402
 from shared.layout import parse_layout  # noqa: E402
+from tests.support.timing import durations  # noqa: E402
 
 SIZES = (10, 50, 200)
 T0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
@@ -150,15 +150,6 @@ def greedy_reference(state: SystemState):
     return best[1] if best else None
 
 
-def timed(fn, rounds: int) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def pct(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1] * 1000
 
@@ -170,8 +161,8 @@ def bench_plan(rounds: int) -> list[tuple]:
         base = memory_state(n)
         chosen = scheduler.choose(base)
         assert chosen, "the benchmark line has work to do"
-        ours = timed(lambda base=base: scheduler.choose(dataclasses.replace(base)), rounds)
-        ref = timed(lambda base=base: greedy_reference(dataclasses.replace(base)), rounds)
+        ours = durations(lambda base=base: scheduler.choose(dataclasses.replace(base)), rounds)
+        ref = durations(lambda base=base: greedy_reference(dataclasses.replace(base)), rounds)
         rows.append((n, len(scheduler.candidates(base)), pct(ours, 50), pct(ours, 99),
                      pct(ref, 50), pct(ref, 99)))
     return rows
@@ -232,7 +223,7 @@ def bench_build(rounds: int) -> list[tuple]:
                     build_system_state(session, layout, T0)
                     session.rollback()  # as the loop: one short read transaction per round
 
-                ours = timed(build, rounds)
+                ours = durations(build, rounds)
 
             raw = engine.raw_connection()
             try:
@@ -243,7 +234,7 @@ def bench_build(rounds: int) -> list[tuple]:
                             cur.fetchall()
                     raw.rollback()
 
-                ref = timed(replay, rounds)
+                ref = durations(replay, rounds)
             finally:
                 raw.close()
             engine.dispose()

@@ -44,6 +44,52 @@ BOUND_MS = 200.0
 REQUESTS = 60
 
 
+def seed_machine_history(conn, params: dict) -> None:
+    """One machine's jobs, cycles and state intervals over the history (params: the
+    machine m, its n cycles p seconds apart, the first job id base, h hours)."""
+    conn.execute(text(
+        "INSERT INTO job (id, work_order_id, seq_no, status, position_type, step_index, finished_at) "
+        "SELECT :base + k, 1, :base + k, CASE WHEN k % 7 = 0 THEN 'SCRAPPED' ELSE 'COMPLETED' END, "
+        "'OUT', 2, now() - make_interval(hours => :h) + make_interval(secs => (k + 0.9) * :p) "
+        "FROM generate_series(1, :n) AS k"), params)
+    conn.execute(text(
+        "INSERT INTO machine_cycle (equipment_id, job_ids, requested_at, started_at, ended_at, "
+        "  good_pieces, scrapped_pieces) "
+        "SELECT :m, ARRAY[:base + k]::bigint[], t, t, t + make_interval(secs => 0.6 * :p), "
+        "  CASE WHEN k % 7 = 0 THEN 0 ELSE 1 END, CASE WHEN k % 7 = 0 THEN 1 ELSE 0 END "
+        "FROM (SELECT k, now() - make_interval(hours => :h) + make_interval(secs => k * :p) AS t "
+        "      FROM generate_series(1, :n) AS k) c"), params)
+    conn.execute(text(
+        "INSERT INTO machine_state_interval (equipment_id, state, started_at, ended_at) "
+        "SELECT :m, s.state, t + make_interval(secs => s.off * :p), "
+        "  CASE WHEN k = :n AND s.state = 'IDLE' THEN NULL "
+        "  ELSE t + make_interval(secs => s.till * :p) END "
+        "FROM (SELECT k, now() - make_interval(hours => :h) + make_interval(secs => k * :p) AS t "
+        "      FROM generate_series(1, :n) AS k) c "
+        "CROSS JOIN LATERAL (VALUES ('PROCESSING', 0.0, 0.6), ('WAITING_UNLOAD', 0.6, 0.7), "
+        "  (CASE WHEN k % 50 = 0 THEN 'FAULT' ELSE 'IDLE' END, 0.7, 1.0)) AS s(state, off, till)"),
+        params)
+
+
+def seed_event_log(conn) -> None:
+    """The event log: per cycle, its three MachineStateChanged events and the
+    job, slot, task and equipment events around them (payloads of realistic size)."""
+    conn.execute(text(
+        "INSERT INTO event_log (seq, tx_id, type, at, payload) "
+        "SELECT i, i / 4, "
+        "  CASE WHEN i % 10 = 0 THEN 'MachineStateChanged' WHEN i % 3 = 0 THEN 'SlotChanged' "
+        "       WHEN i % 3 = 1 THEN 'JobMoved' ELSE 'TaskSucceeded' END, "
+        "  now() - make_interval(hours => :h) + make_interval(secs => i * :step), "
+        "  CASE WHEN i % 10 = 0 THEN jsonb_build_object("
+        "    'equipmentId', (ARRAY['MC1','MC2','WASH1','INSP1'])[1 + (i / 10) % 4], "
+        "    'state', (ARRAY['PROCESSING','WAITING_UNLOAD','IDLE'])[1 + (i / 40) % 3]) "
+        "  ELSE jsonb_build_object('id', i, 'workOrderId', 1, 'status', 'QUEUED', "
+        "    'positionType', 'ON_BUFFER', 'positionRefId', '3', 'tempSlotNo', 3, 'stepIndex', 1, "
+        "    'equipmentId', 'MC1', 'slotNo', 1) END "
+        "FROM generate_series(1, :e) AS i"),
+        {"h": HISTORY_HOURS, "step": HISTORY_HOURS * 3600 / EVENTS, "e": EVENTS})
+
+
 def seed(engine, layout) -> dict:
     """Cycles for each machine over the history, with their intervals, jobs and
     event rows. Each cycle is one piece: ~EVENTS / cycles event rows apiece."""
@@ -65,43 +111,8 @@ def seed(engine, layout) -> dict:
             # every 50th cycle's idle time is a FAULT instead.
             params = {"m": machine, "n": cycles_per_machine, "p": period, "h": HISTORY_HOURS,
                       "base": m * cycles_per_machine}
-            conn.execute(text(
-                "INSERT INTO job (id, work_order_id, seq_no, status, position_type, step_index, finished_at) "
-                "SELECT :base + k, 1, :base + k, CASE WHEN k % 7 = 0 THEN 'SCRAPPED' ELSE 'COMPLETED' END, "
-                "'OUT', 2, now() - make_interval(hours => :h) + make_interval(secs => (k + 0.9) * :p) "
-                "FROM generate_series(1, :n) AS k"), params)
-            conn.execute(text(
-                "INSERT INTO machine_cycle (equipment_id, job_ids, requested_at, started_at, ended_at, "
-                "  good_pieces, scrapped_pieces) "
-                "SELECT :m, ARRAY[:base + k]::bigint[], t, t, t + make_interval(secs => 0.6 * :p), "
-                "  CASE WHEN k % 7 = 0 THEN 0 ELSE 1 END, CASE WHEN k % 7 = 0 THEN 1 ELSE 0 END "
-                "FROM (SELECT k, now() - make_interval(hours => :h) + make_interval(secs => k * :p) AS t "
-                "      FROM generate_series(1, :n) AS k) c"), params)
-            conn.execute(text(
-                "INSERT INTO machine_state_interval (equipment_id, state, started_at, ended_at) "
-                "SELECT :m, s.state, t + make_interval(secs => s.off * :p), "
-                "  CASE WHEN k = :n AND s.state = 'IDLE' THEN NULL "
-                "  ELSE t + make_interval(secs => s.till * :p) END "
-                "FROM (SELECT k, now() - make_interval(hours => :h) + make_interval(secs => k * :p) AS t "
-                "      FROM generate_series(1, :n) AS k) c "
-                "CROSS JOIN LATERAL (VALUES ('PROCESSING', 0.0, 0.6), ('WAITING_UNLOAD', 0.6, 0.7), "
-                "  (CASE WHEN k % 50 = 0 THEN 'FAULT' ELSE 'IDLE' END, 0.7, 1.0)) AS s(state, off, till)"),
-                params)
-        # The event log: per cycle, its three MachineStateChanged events and the
-        # job, slot, task and equipment events around them (payloads of realistic size).
-        conn.execute(text(
-            "INSERT INTO event_log (seq, tx_id, type, at, payload) "
-            "SELECT i, i / 4, "
-            "  CASE WHEN i % 10 = 0 THEN 'MachineStateChanged' WHEN i % 3 = 0 THEN 'SlotChanged' "
-            "       WHEN i % 3 = 1 THEN 'JobMoved' ELSE 'TaskSucceeded' END, "
-            "  now() - make_interval(hours => :h) + make_interval(secs => i * :step), "
-            "  CASE WHEN i % 10 = 0 THEN jsonb_build_object('equipmentId', (ARRAY['MC1','MC2','WASH1','INSP1'])[1 + (i / 10) % 4], "
-            "    'state', (ARRAY['PROCESSING','WAITING_UNLOAD','IDLE'])[1 + (i / 40) % 3]) "
-            "  ELSE jsonb_build_object('id', i, 'workOrderId', 1, 'status', 'QUEUED', "
-            "    'positionType', 'ON_BUFFER', 'positionRefId', '3', 'tempSlotNo', 3, 'stepIndex', 1, "
-            "    'equipmentId', 'MC1', 'slotNo', 1) END "
-            "FROM generate_series(1, :e) AS i"),
-            {"h": HISTORY_HOURS, "step": HISTORY_HOURS * 3600 / EVENTS, "e": EVENTS})
+            seed_machine_history(conn, params)
+        seed_event_log(conn)
         conn.execute(text("SELECT setval(pg_get_serial_sequence('job', 'id'), (SELECT max(id) FROM job))"))
     with engine.connect() as conn:
         conn.execute(text("ANALYZE"))

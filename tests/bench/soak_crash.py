@@ -124,6 +124,78 @@ def order_status(stack: Stack, token: str, order_id: int) -> str | None:
     return stack.get(f"/api/work-orders/{order_id}", token)[1].get("status")
 
 
+def kill_schedule(args, rng: random.Random) -> list[str]:
+    """What to stop, in order: each kind at least once, the rest by weight, and the clean restarts."""
+    schedule = [name for name, _ in VICTIMS if name != "line_controller"]  # each kind at least once
+    schedule += rng.choices([n for n, _ in VICTIMS], [w for _, w in VICTIMS], k=args.kills - len(schedule))
+    schedule += [CLEAN] * args.clean_restarts
+    rng.shuffle(schedule)
+    return schedule
+
+
+def stop_victim(stack: Stack, victim: str) -> bool:
+    """kill -9 (postgres: a restart; CLEAN: SIGTERM to hardware, waited for); False if it is not running."""
+    if victim == "postgres":
+        restart_postgres(stack)
+    elif victim == CLEAN:
+        pid = stack.process("hardware")
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        mark = len(stack.lines)
+        stack.wait_line("hardware exited", after=mark, timeout=60)
+    else:
+        pid = stack.process(victim)
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def finish_orders(stack: Stack, token: str, amqp: str, orders: list[int], seconds: float) -> tuple[bool, int]:
+    """Wait for every order to complete, answering recovery questions; whether they all
+    did within `seconds`, and how many answers that took."""
+    finished, answered = True, 0
+    deadline = time.monotonic() + seconds
+    for order_id in orders:
+        while True:
+            answered += resolve_open_recovery(stack, token, amqp)
+            if order_status(stack, token, order_id) == "COMPLETED":
+                break
+            if time.monotonic() > deadline:
+                finished = False
+                break
+            time.sleep(1.0)
+    return finished, answered
+
+
+def broken_rules(db_url: str, orders: list[int], clean_questions: int, finished: bool, asked: dict) -> list[str]:
+    broken = [b for order_id in orders or [None] for b in line_invariants(db_url, order_id)]
+    broken = list(dict.fromkeys(broken))  # the line-wide rules are checked once per order
+    if clean_questions:
+        broken.append(f"{clean_questions} operator question(s) caused by clean hardware stops")
+    if finished:
+        open_actions = sum(n for (kind, status), n in asked.items() if status == "OPEN")
+        if open_actions:
+            broken.append(f"{open_actions} manual actions still open")
+    return broken
+
+
+def report(stack: Stack, token: str, kills: dict, during_order: int, answered: int, asked: dict,
+           orders: list[int], broken: list[str]) -> None:
+    print()
+    print(f"{'kills':<28}{sum(kills.values())} ({', '.join(f'{k} {v}' for k, v in kills.items())}); "
+          f"{during_order} while an order ran")
+    print(f"{'recovery answers':<28}{answered}")
+    for (kind, status), n in sorted(asked.items()):
+        print(f"{'  ' + kind + ' ' + status:<48}{n}")
+    for order_id in orders:
+        order = stack.get(f"/api/work-orders/{order_id}", token)[1]
+        print(f"{'order ' + str(order_id):<28}{order.get('status')} completed {order.get('completedQty')} "
+              f"+ scrapped {order.get('scrappedQty')} of {order.get('quantity')}")
+    print(f"{'invariants':<28}{'all hold' if not broken else '; '.join(broken)}")
+
+
 def run(stack: Stack, args, rng: random.Random) -> int:
     t0 = time.monotonic()
     stack.up()
@@ -133,10 +205,7 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     orders: list[int] = []
     kills = {name: 0 for name, _ in VICTIMS}
     answered = during_order = 0
-    schedule = [name for name, _ in VICTIMS if name != "line_controller"]  # each kind at least once
-    schedule += rng.choices([n for n, _ in VICTIMS], [w for _, w in VICTIMS], k=args.kills - len(schedule))
-    schedule += [CLEAN] * args.clean_restarts
-    rng.shuffle(schedule)
+    schedule = kill_schedule(args, rng)
     kills[CLEAN] = 0
     clean_questions = 0
     for n, victim in enumerate(schedule, 1):
@@ -147,20 +216,8 @@ def run(stack: Stack, args, rng: random.Random) -> int:
         running = bool(orders) and order_status(stack, token, orders[-1]) == "RUNNING"
         asked_before = sum(_asked(db_url).values()) if victim == CLEAN else 0
         seq_before = _last_seq(db_url) if victim == CLEAN else 0
-        if victim == "postgres":
-            restart_postgres(stack)
-        elif victim == CLEAN:
-            pid = stack.process("hardware")
-            if pid is None:
-                continue
-            os.kill(pid, signal.SIGTERM)
-            mark = len(stack.lines)
-            stack.wait_line("hardware exited", after=mark, timeout=60)
-        else:
-            pid = stack.process(victim)
-            if pid is None:
-                continue
-            os.kill(pid, signal.SIGKILL)
+        if not stop_victim(stack, victim):
+            continue
         kills[victim] += 1
         during_order += running
         t_kill = time.monotonic()
@@ -179,41 +236,14 @@ def run(stack: Stack, args, rng: random.Random) -> int:
         answered += resolve_open_recovery(stack, token, amqp)
         print(f"kill {n:2}: {victim:<16} ready again after {time.monotonic() - t_kill:5.1f}s"
               f"{'' if running else '  (between orders)'}", flush=True)
-    finished = True
-    deadline = time.monotonic() + args.finish_seconds
-    for order_id in orders:
-        while True:
-            answered += resolve_open_recovery(stack, token, amqp)
-            if order_status(stack, token, order_id) == "COMPLETED":
-                break
-            if time.monotonic() > deadline:
-                finished = False
-                break
-            time.sleep(1.0)
-    broken = [b for order_id in orders or [None] for b in line_invariants(db_url, order_id)]
-    broken = list(dict.fromkeys(broken))  # the line-wide rules are checked once per order
-    if clean_questions:
-        broken.append(f"{clean_questions} operator question(s) caused by clean hardware stops")
+    finished, finish_answers = finish_orders(stack, token, amqp, orders, args.finish_seconds)
+    answered += finish_answers
     asked = _asked(db_url)
-    if finished:
-        open_actions = sum(n for (kind, status), n in asked.items() if status == "OPEN")
-        if open_actions:
-            broken.append(f"{open_actions} manual actions still open")
-    print()
-    print(f"{'kills':<28}{sum(kills.values())} ({', '.join(f'{k} {v}' for k, v in kills.items())}); "
-          f"{during_order} while an order ran")
-    print(f"{'recovery answers':<28}{answered}")
-    for (kind, status), n in sorted(asked.items()):
-        print(f"{'  ' + kind + ' ' + status:<48}{n}")
-    for order_id in orders:
-        order = stack.get(f"/api/work-orders/{order_id}", token)[1]
-        print(f"{'order ' + str(order_id):<28}{order.get('status')} completed {order.get('completedQty')} "
-              f"+ scrapped {order.get('scrappedQty')} of {order.get('quantity')}")
-    print(f"{'invariants':<28}{'all hold' if not broken else '; '.join(broken)}")
+    broken = broken_rules(db_url, orders, clean_questions, finished, asked)
+    report(stack, token, kills, during_order, answered, asked, orders, broken)
     print(f"{'wall time':<28}{time.monotonic() - t0:.0f}s")
     assert stack.terminate() == 0
     return 0 if finished and not broken else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,6 +11,7 @@ from pathlib import Path
 import requests
 import websocket
 
+from tests.support.processes import stop_process
 from tests.support.waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -66,9 +67,4 @@ class Browser:
         try:
             self.ws.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, timeout=10)

@@ -17,6 +17,7 @@ from gateway.app import create_app
 from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
+from tests.support.processes import Started, stop_process
 from tests.support.waiting import wait_for
 
 OPERATOR = "operator-token-0123"
@@ -113,28 +114,19 @@ class ServedGateway:
         return [int(p) for p in children]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout=15)
         self._log.close()
 
 
 @pytest.fixture
 def gateway_server(gateway_env, standin, tmp_path):
     """``gateway_server(threads=, **env)`` starts a served gateway with extra settings."""
-    started = []
+    def serve(threads: int = 300, workers: int = 1, open_files: int | None = None, **env) -> ServedGateway:
+        return ServedGateway({**gateway_env, **env}, tmp_path, threads, workers, open_files)
 
-    def start(threads: int = 300, workers: int = 1, open_files: int | None = None, **env) -> ServedGateway:
-        served = ServedGateway({**gateway_env, **env}, tmp_path, threads, workers, open_files)
-        started.append(served)
-        return served
-
+    start = Started(serve, ServedGateway.stop)
     yield start
-    for served in started:
-        served.stop()
+    start.stop_all()
 
 
 @pytest.fixture

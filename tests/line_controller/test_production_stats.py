@@ -42,7 +42,8 @@ def figures(engine, layout, w):
     return result, {e["id"]: e for e in result["equipment"]}
 
 
-def test_figures_from_a_known_sequence_agree_with_the_hand_worked_values(harness, engine, layout):
+def play_the_known_sequence(harness, engine) -> None:
+    """Three pieces through MC1 over [0, 100), a fault among them."""
     _, (j1, j2, j3) = harness.started_order("SHAFT-B", quantity=3)
     at(engine, 0, lambda db: (onto(db, j1, "MC1", 1), onto(db, j2, "MC1", 2)))
     # One start for both pieces; MC1 runs them one after the other.
@@ -63,6 +64,9 @@ def test_figures_from_a_known_sequence_agree_with_the_hand_worked_values(harness
     at(engine, 85, lambda db: db.claim_job_for_action(j3, "QUEUED", "PROCESSING"))
     at(engine, 95, lambda db: db.slot_done("MC1", 1, j3))
 
+
+def test_figures_from_a_known_sequence_agree_with_the_hand_worked_values(harness, engine, layout):
+    play_the_known_sequence(harness, engine)
     result, by_id = figures(engine, layout, window(0, 100))
     mc1 = by_id["MC1"]
     # MC1 over [0, 100): IDLE 0-10, PROCESSING 10-37, WAITING_UNLOAD 37-45, IDLE 45-50,

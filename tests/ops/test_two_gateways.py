@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from services.line_controller.service import LineControllerService
 from shared.db.embedded import free_port
+from tests.support.processes import stop_process
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,12 +42,7 @@ def gateways(db_url, nameko_config, tmp_path):
         yield bases
     finally:
         for proc, log in procs:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=15)
             log.close()
 
 

@@ -14,8 +14,8 @@ from tests.ops.stack import NAMES
 from tests.support.waiting import wait_for
 
 
-def test_up_runs_supervises_stops_and_resumes(stack_factory):
-    stack = stack_factory().up()
+def check_the_summary_and_processes(stack) -> tuple[str, dict]:
+    """The start-up summary and every process running; the output and the pids."""
     stack.wait_line("linectl: ready")
     out = stack.output()
     # The embedded server needs a password on TCP; the summary never prints it.
@@ -30,7 +30,11 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     for name, pid in pids.items():
         assert any(line.split()[0] == str(pid) and name in line for line in ps.splitlines()[1:])
     assert stack.get("/readyz") == (200, {"status": "ready"})
+    return out, pids
 
+
+def hardware_frozen_then_killed(stack, pids: dict) -> int:
+    """Frozen, /readyz says so and recovers; killed, it is restarted. Its new pid."""
     # A frozen hardware service: /readyz says so, by name, and recovers.
     os.kill(pids["hardware"], signal.SIGSTOP)
     try:
@@ -46,14 +50,12 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     restarted = wait_for(lambda: (p := stack.process("hardware")) not in (None, pids["hardware"]) and p,
                          60, 0.1, "hardware restarted")
     stack.wait_ready()
+    return restarted
 
-    # kill -9 the line_controller: restarted, it checks the state before it schedules.
-    mark = len(stack.lines)
-    os.kill(pids["line_controller"], signal.SIGKILL)
-    stack.wait_line("line_controller exited", after=mark)
-    stack.wait_line("recovery check: 0 inconsistencies", after=mark)
-    stack.wait_ready()
 
+def postgres_restarted(stack, out: str) -> tuple[str, dict]:
+    """A PostgreSQL restart loses nothing, and the first command after it goes
+    through; the operator's token and that command's order."""
     # A crash-like PostgreSQL restart: nothing committed is lost, the services reconnect.
     token = stack.token("operator")
     code, before = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
@@ -76,6 +78,23 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1},
                                 token, timeout=30)
     assert code == 201, order
+    return token, order
+
+
+def test_up_runs_supervises_stops_and_resumes(stack_factory):
+    stack = stack_factory().up()
+    out, pids = check_the_summary_and_processes(stack)
+
+    restarted = hardware_frozen_then_killed(stack, pids)
+
+    # kill -9 the line_controller: restarted, it checks the state before it schedules.
+    mark = len(stack.lines)
+    os.kill(pids["line_controller"], signal.SIGKILL)
+    stack.wait_line("line_controller exited", after=mark)
+    stack.wait_line("recovery check: 0 inconsistencies", after=mark)
+    stack.wait_ready()
+
+    token, order = postgres_restarted(stack, out)
     # State survives the stop: that order is there after the second up.
 
     assert stack.terminate() == 0

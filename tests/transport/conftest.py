@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import shared  # noqa: F401  (registers pgsql://)
+from tests.support.processes import Started
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,16 +61,9 @@ class Peer:
 
 @pytest.fixture
 def peers():
-    started = []
-
-    def start(args, env=None):
-        peer = Peer(args, env)
-        started.append(peer)
-        return peer
-
+    start = Started(Peer, Peer.kill)
     yield start
-    for peer in started:
-        peer.kill()
+    start.stop_all()
 
 
 @pytest.fixture
