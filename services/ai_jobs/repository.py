@@ -35,6 +35,7 @@ from services.ai_jobs.domain import (
     output_hash,
     result_idempotency_key,
 )
+from shared import wire
 from shared.serialize import hourly, iso
 
 JOB_COLUMNS = """
@@ -71,61 +72,14 @@ def _backoff_params(timings: QueueTimings) -> dict:
 # -- shapes -------------------------------------------------------------------
 
 
-def job_json(r) -> dict:
-    m = r._mapping if hasattr(r, "_mapping") else r
-    return {
-        "id": m["id"], "userId": m["user_id"], "jobType": m["job_type"],
-        "targetType": m["target_type"], "targetId": m["target_id"], "snapshotId": m["snapshot_id"],
-        "params": m["params"], "status": m["status"], "priority": m["priority"],
-        "idempotencyKey": m["idempotency_key"], "apiKeyMode": m["api_key_mode"],
-        "credentialId": m["credential_id"], "modelProvider": m["model_provider"],
-        "modelName": m["model_name"], "promptVersion": m["prompt_version"],
-        "outputSchemaVersion": m["output_schema_version"], "attemptNo": m["attempt_no"],
-        "retriedFromJobId": m["retried_from_job_id"], "lockedBy": m["locked_by"],
-        "lockedAt": iso(m["locked_at"]), "lockUntil": iso(m["lock_until"]),
-        "startedAt": iso(m["started_at"]), "finishedAt": iso(m["finished_at"]),
-        "retryCount": m["retry_count"], "maxRetryCount": m["max_retry_count"],
-        "timeoutSeconds": m["timeout_seconds"], "cancelRequested": m["cancel_requested"],
-        "availableAt": iso(m["available_at"]), "errorCode": m["error_code"],
-        "errorMessage": m["error_message"], "createdAt": iso(m["created_at"]),
-        "updatedAt": iso(m["updated_at"]),
-    }
-
-
-POLL_FIELDS = ("id", "jobType", "targetType", "targetId", "snapshotId", "params", "priority",
-               "attemptNo", "apiKeyMode", "modelProvider", "modelName", "promptVersion",
-               "outputSchemaVersion", "timeoutSeconds", "createdAt")
+job_json = wire.AI_JOB.dump
+result_json = wire.AI_RESULT.dump
+snapshot_json = wire.AI_SNAPSHOT.dump
+credential_json = wire.AI_CREDENTIAL.dump
 
 
 def poll_item(r, claimed: bool) -> dict:
-    full = job_json(r)
-    item = {k: full[k] for k in POLL_FIELDS}
-    if claimed:
-        item.update(status=full["status"], lockUntil=full["lockUntil"])
-    return item
-
-
-def result_json(r) -> dict:
-    m = r._mapping
-    return {
-        "id": m["id"], "jobId": m["job_id"], "attemptNo": m["attempt_no"],
-        "runtimeInstanceId": m["runtime_instance_id"], "status": m["status"],
-        "output": m["output"], "outputHash": m["output_hash"], "errorCode": m["error_code"],
-        "errorMessage": m["error_message"], "createdAt": iso(m["created_at"]),
-    }
-
-
-def snapshot_json(r) -> dict:
-    m = r._mapping
-    return {"id": m["id"], "userId": m["user_id"], "targetType": m["target_type"],
-            "targetId": m["target_id"], "data": m["data"], "createdAt": iso(m["created_at"])}
-
-
-def credential_json(r) -> dict:
-    m = r._mapping
-    return {"id": m["id"], "userId": m["user_id"], "provider": m["provider"],
-            "keyHint": m["key_hint"], "createdAt": iso(m["created_at"]),
-            "revokedAt": iso(m["revoked_at"])}
+    return (wire.AI_CLAIMED_ITEM if claimed else wire.AI_POLL_ITEM).dump(r)
 
 
 # -- helpers --------------------------------------------------------------------
@@ -446,11 +400,7 @@ def queue_stats(session, start: datetime, end: datetime, now: datetime) -> dict:
         "byStatus": {s: counts.get(s, 0) for s in JOB_STATUSES},
         "hourly": hourly(start, end, {r.hour: r for r in hours}, ("succeeded", "failed")),
         "throughputPerHour": round(succeeded / observed_hours, 3) if observed_hours > 0 else None,
-        "recentFailures": [{"id": r.id, "jobType": r.job_type, "errorCode": r.error_code,
-                            "errorMessage": r.error_message, "finishedAt": iso(r.finished_at),
-                            "attemptNo": r.attempt_no, "retryCount": r.retry_count,
-                            "rerunJobId": r.rerun_job_id}
-                           for r in failures],
+        "recentFailures": [wire.AI_FAILURE.dump(r) for r in failures],
     }
 
 
