@@ -23,13 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
+from shared.db.models import vocabularies as vocab
 from shared.db.models.base import Base, in_list, moment, now_default
-from shared.db.models.vocabularies import (
-    AI_API_KEY_MODES,
-    AI_JOB_STATUSES,
-    AI_JOB_TYPES,
-    AI_TARGET_TYPES,
-)
 
 
 class AiSnapshot(Base):
@@ -37,7 +32,7 @@ class AiSnapshot(Base):
 
     __tablename__ = "ai_snapshot"
     __table_args__ = (
-        CheckConstraint(in_list("target_type", AI_TARGET_TYPES), name="target_type"),
+        CheckConstraint(in_list("target_type", vocab.AI_TARGET_TYPES), name="target_type"),
         Index("ix_ai_snapshot_user_id", "user_id"),
     )
 
@@ -69,10 +64,10 @@ class AiRuntimeJob(Base):
 
     __tablename__ = "ai_runtime_job"
     __table_args__ = (
-        CheckConstraint(in_list("status", AI_JOB_STATUSES), name="status"),
-        CheckConstraint(in_list("job_type", AI_JOB_TYPES), name="job_type"),
-        CheckConstraint(in_list("target_type", AI_TARGET_TYPES), name="target_type"),
-        CheckConstraint(in_list("api_key_mode", AI_API_KEY_MODES), name="api_key_mode"),
+        CheckConstraint(in_list("status", vocab.AI_JOB_STATUSES), name="status"),
+        CheckConstraint(in_list("job_type", vocab.AI_JOB_TYPES), name="job_type"),
+        CheckConstraint(in_list("target_type", vocab.AI_TARGET_TYPES), name="target_type"),
+        CheckConstraint(in_list("api_key_mode", vocab.AI_API_KEY_MODES), name="api_key_mode"),
         CheckConstraint("retry_count >= 0 AND max_retry_count >= 0", name="retries"),
         Index("ix_ai_runtime_job_status", "status"),
         Index("ix_ai_runtime_job_job_type", "job_type"),

@@ -25,26 +25,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
+from shared.db.models import vocabularies as vocab
 from shared.db.models.base import Base, in_list, moment, now_default
-from shared.db.models.vocabularies import (
-    ALARM_SEVERITIES,
-    ALARM_STATUSES,
-    EQUIPMENT_STATUSES,
-    JOB_STATUSES,
-    LOOP_MESSAGE_STATUSES,
-    MACHINE_STATES,
-    MANUAL_ACTION_STATUSES,
-    POSITION_TYPES,
-    SLOT_STATUSES,
-    TASK_STATUSES,
-    WORK_ORDER_STATUSES,
-)
 
 
 class WorkOrder(Base):
     __tablename__ = "work_order"
     __table_args__ = (
-        CheckConstraint(in_list("status", WORK_ORDER_STATUSES), name="status"),
+        CheckConstraint(in_list("status", vocab.WORK_ORDER_STATUSES), name="status"),
         CheckConstraint("quantity BETWEEN 1 AND 10000", name="quantity"),
         CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
         CheckConstraint("completed_qty >= 0 AND scrapped_qty >= 0", name="counts"),
@@ -80,8 +68,8 @@ class Job(Base):
 
     __tablename__ = "job"
     __table_args__ = (
-        CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
-        CheckConstraint(in_list("position_type", POSITION_TYPES), name="position_type"),
+        CheckConstraint(in_list("status", vocab.JOB_STATUSES), name="status"),
+        CheckConstraint(in_list("position_type", vocab.POSITION_TYPES), name="position_type"),
         Index("ix_job_work_order_id_seq_no", "work_order_id", "seq_no", unique=True),
         Index("ix_job_status", "status"),
         Index("ix_job_finished_at", "finished_at", postgresql_where=sql_text("finished_at IS NOT NULL")),
@@ -110,7 +98,7 @@ class Equipment(Base):
     """A machine of the line; rows are synchronised from the layout file."""
 
     __tablename__ = "equipment"
-    __table_args__ = (CheckConstraint(in_list("status", EQUIPMENT_STATUSES), name="status"),)
+    __table_args__ = (CheckConstraint(in_list("status", vocab.EQUIPMENT_STATUSES), name="status"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), nullable=False)
@@ -144,7 +132,7 @@ class Dock(Base):
 class EquipmentSlot(Base):
     __tablename__ = "equipment_slot"
     __table_args__ = (
-        CheckConstraint(in_list("status", SLOT_STATUSES), name="status"),
+        CheckConstraint(in_list("status", vocab.SLOT_STATUSES), name="status"),
         CheckConstraint("(status = 'EMPTY') = (current_job_id IS NULL)", name="job_iff_not_empty"),
     )
 
@@ -162,7 +150,7 @@ class Task(Base):
 
     __tablename__ = "task"
     __table_args__ = (
-        CheckConstraint(in_list("status", TASK_STATUSES), name="status"),
+        CheckConstraint(in_list("status", vocab.TASK_STATUSES), name="status"),
         Index("ix_task_status", "status"),
         Index("ix_task_job_id", "job_id"),
         # A batch task names its first job in job_id and every job in params.jobIds.
@@ -193,8 +181,8 @@ class Alarm(Base):
 
     __tablename__ = "alarm"
     __table_args__ = (
-        CheckConstraint(in_list("status", ALARM_STATUSES), name="status"),
-        CheckConstraint(in_list("severity", ALARM_SEVERITIES), name="severity"),
+        CheckConstraint(in_list("status", vocab.ALARM_STATUSES), name="status"),
+        CheckConstraint(in_list("severity", vocab.ALARM_SEVERITIES), name="severity"),
         Index("ix_alarm_status", "status"),
         Index("ix_alarm_raised_at", "raised_at"),
         Index("ix_alarm_shelved_until", "shelved_until", postgresql_where=sql_text("status = 'SHELVED'")),
@@ -228,7 +216,7 @@ class MachineStateInterval(Base):
 
     __tablename__ = "machine_state_interval"
     __table_args__ = (
-        CheckConstraint(in_list("state", MACHINE_STATES), name="state"),
+        CheckConstraint(in_list("state", vocab.MACHINE_STATES), name="state"),
         Index("ix_machine_state_interval_equipment_id", "equipment_id", "started_at"),
         Index("ix_machine_state_interval_open", "equipment_id", unique=True,
               postgresql_where=sql_text("ended_at IS NULL")),
@@ -273,7 +261,7 @@ class ManualAction(Base):
 
     __tablename__ = "manual_action"
     __table_args__ = (
-        CheckConstraint(in_list("status", MANUAL_ACTION_STATUSES), name="status"),
+        CheckConstraint(in_list("status", vocab.MANUAL_ACTION_STATUSES), name="status"),
         Index("ix_manual_action_status", "status"),
     )
 
@@ -315,7 +303,7 @@ class LoopMessage(Base):
 
     __tablename__ = "loop_message"
     __table_args__ = (
-        CheckConstraint(in_list("status", LOOP_MESSAGE_STATUSES), name="status"),
+        CheckConstraint(in_list("status", vocab.LOOP_MESSAGE_STATUSES), name="status"),
         Index("ix_loop_message_queued", "created_at", postgresql_where=sql_text("status = 'QUEUED'")),
     )
 
