@@ -1,11 +1,14 @@
 """marshmallow schemas: request validation and the response shapes of the
-OpenAPI document. Response schemas mirror ``shared.serialize`` field for field
-(the loop's command results and event payloads use the same functions), so a
-dumped object is exactly what serialize produced."""
+OpenAPI document. An entity's response schema is made from its declaration in
+``shared.wire`` (:func:`schema_of`), the one ``shared.serialize`` dumps with,
+so the document and the JSON cannot drift apart; composite answers are
+declared here, from those."""
 
 from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
+
+from shared import wire
 
 MAX_ID = 2**63 - 1  # PostgreSQL bigint
 MAX_STRING = 200
@@ -116,103 +119,40 @@ class EventListArgsSchema(Schema):
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
 
 
-# -- responses (shared.serialize shapes) ---------------------------------------
+# -- responses (shared.wire shapes) ----------------------------------------------
+
+_FIELD_OF_KIND = {
+    "integer": fields.Integer,
+    "string": fields.String,
+    "boolean": fields.Boolean,
+    "object": fields.Dict,
+    "any": fields.Raw,
+}
 
 
-class WorkOrderSchema(Schema):
-    id = fields.Integer()
-    code = fields.String()
-    productId = fields.String()
-    quantity = fields.Integer()
-    priority = fields.Integer()
-    status = fields.String()
-    completedQty = fields.Integer()
-    scrappedQty = fields.Integer()
-    version = fields.Integer()
-    createdAt = _time()
-    updatedAt = _time()
-    startedAt = _time()
-    finishedAt = _time()
+def _field(kind: wire.WireType) -> fields.Field:
+    if kind.kind == "date-time":
+        return _time()
+    if kind.kind == "array":
+        return fields.List(fields.String())
+    return _FIELD_OF_KIND[kind.kind](allow_none=kind.nullable)
 
 
-class JobSchema(Schema):
-    id = fields.Integer()
-    workOrderId = fields.Integer()
-    seqNo = fields.Integer()
-    status = fields.String()
-    heldStatus = _nullable_str()
-    positionType = fields.String()
-    positionRefId = _nullable_str()
-    tempSlotNo = _nullable_int()
-    stepIndex = fields.Integer()
-    context = fields.Dict()
-    version = fields.Integer()
-    errorCode = _nullable_str()
-    createdAt = _time()
-    updatedAt = _time()
-    finishedAt = _time()
+def schema_of(shape: wire.Shape, **extra: fields.Field) -> type[Schema]:
+    """The schema ``<Shape>Schema`` of a wire shape, plus ``extra`` fields."""
+    declared = {f.name: _field(f.type) for f in shape.fields}
+    return type(f"{shape.name}Schema", (Schema,), {**declared, **extra})
 
 
-class TaskSchema(Schema):
-    id = fields.Integer()
-    kind = fields.String()
-    status = fields.String()
-    jobId = _nullable_int()
-    workOrderId = _nullable_int()
-    equipmentId = _nullable_str()
-    slotNo = _nullable_int()
-    params = fields.Dict()
-    errorCode = _nullable_str()
-    errorMessage = _nullable_str()
-    deadlineAt = _time()
-    createdAt = _time()
-    startedAt = _time()
-    finishedAt = _time()
 
-
-class AlarmSchema(Schema):
-    id = fields.Integer()
-    code = fields.String()
-    severity = fields.String()
-    status = fields.String()
-    message = fields.String()
-    equipmentId = _nullable_str()
-    jobId = _nullable_int()
-    taskId = _nullable_int()
-    raisedAt = _time()
-    acknowledgedAt = _time()
-    acknowledgedBy = _nullable_str()
-    clearedAt = _time()
-    clearedBy = _nullable_str()
-    shelvedUntil = _time()
-    shelveReason = _nullable_str()
-    shelvedBy = _nullable_str()
-    shelvedAt = _time()
-
-
-class ManualActionSchema(Schema):
-    id = fields.Integer()
-    kind = fields.String()
-    status = fields.String()
-    text = fields.String()
-    choices = fields.List(fields.String())
-    jobId = _nullable_int()
-    equipmentId = _nullable_str()
-    alarmId = _nullable_int()
-    context = fields.Dict()
-    resolution = _nullable_str()
-    note = _nullable_str()
-    resolvedBy = _nullable_str()
-    resolvedAt = _time()
-    createdAt = _time()
-
-
-class EventFrameSchema(Schema):
-    seq = fields.Integer()
-    txId = fields.Integer()
-    type = fields.String()
-    at = _time()
-    payload = fields.Dict()
+WorkOrderSchema = schema_of(wire.WORK_ORDER)
+JobSchema = schema_of(wire.JOB)
+TaskSchema = schema_of(wire.TASK)
+AlarmSchema = schema_of(wire.ALARM)
+ManualActionSchema = schema_of(wire.MANUAL_ACTION)
+EventFrameSchema = schema_of(wire.EVENT_FRAME)
+SlotStateSchema = schema_of(wire.SLOT_STATE)
+TaskBriefSchema = schema_of(wire.TASK_BRIEF)
 
 
 class CommandOutcomeSchema(Schema):
@@ -233,20 +173,7 @@ class ConfirmedSchema(Schema):
     confirmed = fields.List(fields.Integer())
 
 
-class SlotStateSchema(Schema):
-    slotNo = fields.Integer()
-    status = fields.String()
-    currentJobId = _nullable_int()
-
-
-class EquipmentSchema(Schema):
-    id = fields.String()
-    name = fields.String()
-    kind = fields.String()
-    batch = fields.Boolean()
-    status = fields.String()
-    slotCount = fields.Integer()
-    slots = fields.List(fields.Nested(SlotStateSchema))
+EquipmentSchema = schema_of(wire.EQUIPMENT, slots=fields.List(fields.Nested(SlotStateSchema)))
 
 
 class BufferSlotSchema(Schema):
@@ -365,15 +292,6 @@ class AlarmCountsSchema(Schema):
     from_ = fields.String(data_key="from", metadata={"format": "date-time"})
     to = fields.String(metadata={"format": "date-time"})
     items = fields.List(fields.Nested(AlarmCountSchema))
-
-
-class TaskBriefSchema(Schema):
-    id = fields.Integer()
-    kind = fields.String()
-    status = fields.String()
-    equipmentId = _nullable_str()
-    startedAt = _time()
-    finishedAt = _time()
 
 
 class RouteStepSchema(Schema):

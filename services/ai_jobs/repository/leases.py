@@ -1,0 +1,219 @@
+"""The runtimes' side of a job's lease: poll (and claim), lock, heartbeat, the
+holder checks, and what only a holder may read (the snapshot, the user's key)."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from services.ai_jobs.domain import (
+    HELD,
+    POLL_LIMIT_DEFAULT,
+    POLL_LIMIT_MAX,
+    AiJobError,
+    QueueTimings,
+)
+from services.ai_jobs.repository.expiry import expire_due, expire_if_any_due, job_for_update
+from services.ai_jobs.repository.rows import JOB_COLUMNS, transition
+from shared import wire
+from shared.wire import iso
+
+_SERVES = """AND EXISTS (
+                SELECT 1 FROM unnest(CAST(:serve_providers AS text[]), CAST(:serve_modes AS text[]))
+                    AS s(provider, mode)
+                WHERE (s.provider = '*' OR s.provider = j.model_provider) AND s.mode = j.api_key_mode)
+    """
+
+
+def poll_sql(claim: bool, serves: bool = False) -> str:
+    """The poll statement: one index range scan per capability
+    (``ix_ai_runtime_job_poll`` is ``(job_type, priority, created_at) WHERE
+    status='pending'``), merged by ``priority, created_at``. With ``claim`` the
+    picked rows are locked (SKIP LOCKED, so concurrent claimers take different
+    rows) and leased in the same statement. With ``serves`` only jobs whose
+    (modelProvider, apiKeyMode) the runtime declared it can serve are seen."""
+    lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
+    serves_clause = _SERVES if serves else ""
+    pick = f"""
+        SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, created_at FROM ai_runtime_job j
+            WHERE j.status = 'pending' AND j.job_type = cap.job_type AND j.available_at <= now()
+            {serves_clause}
+            ORDER BY j.priority, j.created_at
+            LIMIT :limit {lock_clause}
+        ) AS c
+        ORDER BY c.priority, c.created_at
+        LIMIT :limit
+    """
+    if not claim:
+        return (f"SELECT {JOB_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM ({pick}) p)"
+                " ORDER BY priority, created_at")
+    return f"""
+        WITH picked AS ({pick}), upd AS (
+            UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
+                   lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
+                   updated_at = now()
+            FROM picked WHERE j.id = picked.id AND j.status = 'pending'
+            RETURNING j.*
+        ), t AS (
+            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
+                                           attempt_no)
+            SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
+        )
+        SELECT {JOB_COLUMNS} FROM upd ORDER BY priority, created_at
+    """
+
+
+def poll_params(capabilities, limit: int, runtime_id: str, timings: QueueTimings,
+                serves: list[tuple[str, str]] | None = None) -> dict:
+    params = {"caps": list(capabilities), "limit": limit, "rid": runtime_id,
+              "lease": timings.lock_seconds}
+    if serves:
+        params["serve_providers"] = [p for p, _ in serves]
+        params["serve_modes"] = [m for _, m in serves]
+    return params
+
+
+def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str],
+         limit: int = POLL_LIMIT_DEFAULT, claim: bool = False,
+         serves: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Pending, available jobs of the given types, ``priority ASC, createdAt ASC``
+    (see :func:`poll_sql`); expiry is applied first. ``serves`` is a list of
+    ``(modelProvider or "*", apiKeyMode)`` the runtime can serve; None: any."""
+    if not 1 <= limit <= POLL_LIMIT_MAX:
+        raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
+    expire_if_any_due(session, timings)
+    rows = session.execute(text(poll_sql(claim, bool(serves))),
+                           poll_params(capabilities, limit, runtime_id, timings, serves)).all()
+    item = wire.AI_CLAIMED_ITEM if claim else wire.AI_POLL_ITEM
+    return [item.dump(r) for r in rows]
+
+
+def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
+    """Seed 000's lock: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED.
+    A held job whose lease ran out is expired and the UPDATE tried once more."""
+    row = _lock_update(session, timings, job_id, runtime_id)
+    if row is None and expire_due(session, timings, job_id):
+        row = _lock_update(session, timings, job_id, runtime_id)
+    if row is None:
+        status = session.execute(text("SELECT status FROM ai_runtime_job WHERE id = :id"),
+                                 {"id": job_id}).scalar()
+        if status is None:
+            raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
+        raise AiJobError("JOB_ALREADY_LOCKED", f"AI job {job_id} is {status}, not pending")
+    return {"jobId": row.id, "status": row.status, "lockUntil": iso(row.lock_until),
+            "attemptNo": row.attempt_no}
+
+
+def _lock_update(session, timings: QueueTimings, job_id: str, runtime_id: str):
+    return session.execute(
+        text("""
+        WITH upd AS (
+            UPDATE ai_runtime_job SET status = 'locked', locked_by = :rid, locked_at = now(),
+                   lock_until = now() + make_interval(secs => :lease), attempt_no = attempt_no + 1,
+                   updated_at = now()
+            WHERE id = :id AND status = 'pending' AND (lock_until IS NULL OR lock_until < now())
+            RETURNING id, status, lock_until, attempt_no
+        ), t AS (
+            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
+                                           attempt_no)
+            SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
+        ) SELECT * FROM upd"""),
+        {"id": job_id, "rid": runtime_id, "lease": timings.lock_seconds},
+    ).first()
+
+
+def holds(job, runtime_id: str, attempt_no: int | None) -> bool:
+    return (job.status in HELD and job.locked_by == runtime_id
+            and (attempt_no is None or job.attempt_no == attempt_no))
+
+
+def check_holder(job, runtime_id: str, attempt_no: int | None) -> None:
+    if not holds(job, runtime_id, attempt_no):
+        attempt = attempt_no if attempt_no is not None else job.attempt_no
+        raise AiJobError("LOCK_LOST", f"{runtime_id} does not hold attempt {attempt} of AI job {job.id}")
+
+
+def cancel_held(session, job) -> None:
+    """A requested cancel takes effect on a held job."""
+    session.execute(
+        text("UPDATE ai_runtime_job SET status = 'cancelled', finished_at = now(),"
+             " lock_until = NULL, locked_by = NULL, updated_at = now() WHERE id = :id"),
+        {"id": job.id})
+    transition(session, job.id, job.status, "cancelled", runtime=job.locked_by,
+               attempt=job.attempt_no)
+
+
+def start(session, timings, job):
+    """locked → running (the first heartbeat, or a result without one), with
+    its transition, in one statement; → the new ``lock_until``."""
+    return session.execute(
+        text("""
+        WITH upd AS (
+            UPDATE ai_runtime_job SET status = 'running', started_at = now(), updated_at = now(),
+                   lock_until = LEAST(now() + make_interval(secs => :lease),
+                                      now() + make_interval(secs => timeout_seconds))
+            WHERE id = :id RETURNING id, lock_until
+        ), t AS (
+            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
+                                           attempt_no)
+            SELECT id, 'locked', 'running', :rid, :attempt FROM upd RETURNING 1
+        ) SELECT lock_until FROM upd"""),
+        {"id": job.id, "lease": timings.lock_seconds, "rid": job.locked_by,
+         "attempt": job.attempt_no},
+    ).scalar()
+
+
+_EXTEND = text("UPDATE ai_runtime_job SET updated_at = now(),"
+               " lock_until = LEAST(now() + make_interval(secs => :lease),"
+               "                    started_at + make_interval(secs => timeout_seconds))"
+               " WHERE id = :id RETURNING lock_until")
+
+
+def heartbeat(session, timings: QueueTimings, job_id: str, runtime_id: str,
+              attempt_no: int | None) -> dict:
+    """Extend the lease (never past the execution timeout); the first one starts the job.
+    A pending cancel takes effect here: the job → cancelled, CANCEL_REQUESTED."""
+    job = job_for_update(session, job_id, timings)
+    check_holder(job, runtime_id, attempt_no)
+    if job.cancel_requested:
+        cancel_held(session, job)
+        raise AiJobError("CANCEL_REQUESTED", f"AI job {job_id} was cancelled; stop working on it")
+    if job.status == "locked":
+        until = start(session, timings, job)
+    else:
+        until = session.execute(_EXTEND, {"id": job_id, "lease": timings.lock_seconds}).scalar()
+    return {"jobId": job_id, "lockUntil": iso(until)}
+
+
+def snapshot_for_runtime(session, timings: QueueTimings, snapshot_id: str, runtime_id: str,
+                         job_id: str) -> dict:
+    """A runtime reads a snapshot only while it holds a job that names it."""
+    expire_due(session, timings, job_id)
+    snap = session.execute(text("SELECT * FROM ai_snapshot WHERE id = :id"),
+                           {"id": snapshot_id}).first()
+    if snap is None:
+        raise AiJobError("NOT_FOUND", f"snapshot {snapshot_id} does not exist")
+    held = session.execute(
+        text("SELECT 1 FROM ai_runtime_job WHERE id = :j AND snapshot_id = :s AND locked_by = :r"
+             " AND status IN ('locked', 'running') AND lock_until >= now()"),
+        {"j": job_id, "s": snapshot_id, "r": runtime_id}).first()
+    if held is None:
+        raise AiJobError("FORBIDDEN",
+                         f"{runtime_id} holds no job {job_id} naming snapshot {snapshot_id}")
+    return wire.AI_SNAPSHOT.dump(snap)
+
+
+def credential_for_runtime(session, timings: QueueTimings, box, job_id: str, runtime_id: str,
+                           attempt_no: int) -> dict:
+    """The plain user key, only for the holder of the job's current attempt."""
+    job = job_for_update(session, job_id, timings)
+    check_holder(job, runtime_id, attempt_no)
+    if job.api_key_mode != "user_deepseek_key" or not job.credential_id:
+        raise AiJobError("NOT_FOUND", f"AI job {job_id} uses the platform key")
+    cred = session.execute(
+        text("SELECT provider, encrypted_key, revoked_at FROM ai_credential WHERE id = :id"),
+        {"id": job.credential_id}).one()
+    if cred.revoked_at is not None:
+        raise AiJobError("FORBIDDEN", "the credential has been revoked")
+    return {"provider": cred.provider, "apiKey": box.open(cred.encrypted_key)}
