@@ -44,12 +44,16 @@ class ManualActionKind:
     resolve: Resolver
 
 
+def _live_job(db: DBState, action):
+    """The action's job, unless it has none or it is finished (then the answer changes nothing)."""
+    job = db.job(action.job_id) if action.job_id is not None else None
+    return None if job is None or job.status in JOB_TERMINAL else job
+
+
 def _retry_or_scrap_job(db: DBState, action, resolution: str):
     """RETRY: the job back where and what it was before the failed action; SCRAP: scrapped."""
-    if action.job_id is None:
-        return None
-    job = db.job(action.job_id)
-    if job.status in JOB_TERMINAL:
+    job = _live_job(db, action)
+    if job is None:
         return None
     if resolution == "RETRY":
         before = (action.context or {})["before"]
@@ -77,10 +81,8 @@ def _retry_or_scrap_start(db: DBState, action, resolution: str):
 
 def _inspection_verdict(db: DBState, action, resolution: str):
     """The operator's verdict; applied now if the piece is back on the buffer, else when it is unloaded."""
-    if action.job_id is None:
-        return None
-    job = db.job(action.job_id)
-    if job.status in JOB_TERMINAL:
+    job = _live_job(db, action)
+    if job is None:
         return None
     db.patch_job_context(job.id, {"disposition": resolution, "decidedBy": "operator"})
     if job.status == "SUSPENDED" and job.position_type == "ON_BUFFER":
