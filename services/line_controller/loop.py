@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from shared.stats import Durations
 
 from . import messages as m
-from .actions import ActionExecutor
+from .action_executor import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
 from .scheduler import build_system_state

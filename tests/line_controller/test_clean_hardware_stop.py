@@ -7,7 +7,7 @@ from datetime import UTC
 
 import pytest
 
-from services.line_controller import recovery as r
+from services.line_controller import consistency_checks as r
 from tests.line_controller.scripted import Load, Refill, Unload
 from tests.line_controller.test_inspection_and_failures import _to_inspection
 

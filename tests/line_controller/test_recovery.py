@@ -9,7 +9,7 @@ import inspect
 import pytest
 from sqlalchemy import text
 
-from services.line_controller import recovery as r
+from services.line_controller import consistency_checks as r
 from services.line_controller.loop import EventLoop
 
 from .conftest import Harness

@@ -1,8 +1,13 @@
 """Each of the seed's start-up consistency checks finds its case, and a
 consistent state yields nothing."""
 
-from services.line_controller import recovery as r
-from services.line_controller.recovery import JobRow, SlotRow, TaskRow, find_inconsistencies
+from services.line_controller import consistency_checks as r
+from services.line_controller.consistency_checks import (
+    JobRow,
+    SlotRow,
+    TaskRow,
+    find_inconsistencies,
+)
 
 PLC_IDLE = {"connected": True, "equipment": [
     {"id": "MC1", "running": False, "fault": False, "slots": [{"slotNo": 1, "done": False}]},

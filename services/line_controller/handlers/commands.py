@@ -3,36 +3,33 @@
 from __future__ import annotations
 
 from shared import serialize
+from shared.db.models import JOB_HELD, JOB_TERMINAL
 
+from .. import manual_actions as ma
 from .. import messages as m
-from ..actions import (
-    advance_after_step,
-    hold_job,
-    mark_slot_done,
-    restore_job,
-    scrap_job,
-    take_out,
-)
+from ..consistency_checks import is_recovery
 from ..dbstate import Rejected
+from ..job_lifecycle import hold_job, take_out
 from .recovery import resolve_recovery
 
 AT_REST = ("PENDING", "QUEUED", "WAITING_UNLOAD")
 
 
+def _existing(ctx, target_type: str, label: str, read, row_id):
+    """The row a command is about (and its audit target), or NOT_FOUND."""
+    ctx.target = (target_type, str(row_id))
+    row = read(row_id)
+    if row is None:
+        raise Rejected("NOT_FOUND", f"{label} {row_id} does not exist")
+    return row
+
+
 def _order(ctx, order_id):
-    ctx.target = ("work_order", str(order_id))
-    order = ctx.db.work_order(order_id)
-    if order is None:
-        raise Rejected("NOT_FOUND", f"work order {order_id} does not exist")
-    return order
+    return _existing(ctx, "work_order", "work order", ctx.db.work_order, order_id)
 
 
 def _job(ctx, job_id):
-    ctx.target = ("job", str(job_id))
-    job = ctx.db.job(job_id)
-    if job is None:
-        raise Rejected("NOT_FOUND", f"job {job_id} does not exist")
-    return job
+    return _existing(ctx, "job", "job", ctx.db.job, job_id)
 
 
 def _invalid(message):
@@ -93,8 +90,7 @@ def cancel_order(cmd: m.CancelOrder, ctx):
     order = _order(ctx, cmd.work_order_id)
     if order.status in ("COMPLETED", "CANCELLED"):
         raise _invalid(f"work order {order.id} is {order.status}")
-    live = [j for j in ctx.db.jobs_of_order(order.id)
-            if j.status not in ("COMPLETED", "SCRAPPED", "CANCELLED")]
+    live = [j for j in ctx.db.jobs_of_order(order.id) if j.status not in JOB_TERMINAL]
     busy = {t.job_id for t in ctx.db.cancel_open_tasks([j.id for j in live])}
     in_cell = []
     for job in live:
@@ -106,17 +102,16 @@ def cancel_order(cmd: m.CancelOrder, ctx):
                             "positionRefId": job.position_ref_id})
         ctx.db.finish_job(job.id, "CANCELLED")
     if in_cell:
-        ctx.db.create_manual_action(
-            "REMOVE_CANCELLED_PIECES",
-            f"Work order {order.code} was cancelled: take {len(in_cell)} piece(s) out of the cell.",
-            ["DONE"], context={"workOrderId": order.id, "pieces": in_cell})
+        ma.open_manual_action(ctx.db, ma.REMOVE_CANCELLED_PIECES,
+                              {"order_code": order.code, "count": len(in_cell)},
+                              context={"workOrderId": order.id, "pieces": in_cell})
     return serialize.work_order(ctx.db.transition_order(
         order.id, ("CREATED", "RUNNING", "PAUSED"), "CANCELLED", "WorkOrderCancelled", finished=True))
 
 
 def suspend_job(cmd: m.SuspendJob, ctx):
     job = _job(ctx, cmd.job_id)
-    if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED", "SUSPENDED", "PAUSED", "MOVING"):
+    if job.status in JOB_TERMINAL or job.status in JOB_HELD or job.status == "MOVING":
         raise _invalid(f"job {job.id} is {job.status}")
     if ctx.db.running_tasks_of_job(job.id):
         raise _invalid(f"job {job.id} has a hardware action in progress")
@@ -154,20 +149,15 @@ def rework_job(cmd: m.ReworkJob, ctx):
 
 def resolve_manual_action(cmd: m.ResolveManualAction, ctx):
     db = ctx.db
-    action = db.manual_action(cmd.manual_action_id)
-    ctx.target = ("manual_action", str(cmd.manual_action_id))
-    if action is None:
-        raise Rejected("NOT_FOUND", f"manual action {cmd.manual_action_id} does not exist")
+    action = _existing(ctx, "manual_action", "manual action", db.manual_action, cmd.manual_action_id)
     if action.status != "OPEN":
         raise _invalid(f"manual action {action.id} is {action.status}")
     if cmd.resolution not in (action.choices or []):
         raise Rejected("VALIDATION_ERROR",
                        f"resolution: must be one of {', '.join(action.choices or [])}")
     resolved = db.resolve_manual_action(action.id, cmd.resolution, ctx.actor, cmd.note)
-    if action.kind.startswith("RECOVERY"):
-        ctx.requests.extend(resolve_recovery(db, action, cmd.resolution))
-    else:
-        ctx.requests.extend(_apply_resolution(db, action, cmd.resolution) or [])
+    resolve = resolve_recovery if is_recovery(action.kind) else ma.resolve_manual_action
+    ctx.requests.extend(resolve(db, action, cmd.resolution))
     _clear_alarm(db, action, ctx.actor)
     return serialize.manual_action(resolved)
 
@@ -181,59 +171,11 @@ def _clear_alarm(db, action, actor):
             db.resolve_alarm(alarm.id, actor)
 
 
-def _apply_resolution(db, action, resolution) -> list:
-    """Apply an operator's choice; returns hardware requests it causes."""
-    context = action.context or {}
-    if action.kind == "ACTION_FAILED" and action.job_id is not None:
-        job = db.job(action.job_id)
-        if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED"):
-            return
-        if resolution == "RETRY":
-            before = context["before"]
-            restore_job(db, job.id, before, status=before["status"], held_status=None)
-        else:
-            scrap_job(db, job)
-    elif action.kind == "EQUIPMENT_FAULT":
-        equipment = db.equipment(action.equipment_id)
-        if equipment.status == "FAULT":
-            db.set_equipment_status(equipment.id, "IDLE")
-        for job_id in context.get("jobIds", []):
-            job = db.job(job_id)
-            if job is None or job.status != "SUSPENDED":
-                continue
-            if resolution == "RETRY":
-                db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "PROCESSING",
-                                  held_status=None)
-            else:
-                scrap_job(db, job)
-    elif action.kind == "INSPECTION_DECISION" and action.job_id is not None:
-        job = db.job(action.job_id)
-        if job.status in ("COMPLETED", "SCRAPPED", "CANCELLED"):
-            return
-        db.patch_job_context(job.id, {"disposition": resolution, "decidedBy": "operator"})
-        if job.status == "SUSPENDED" and job.position_type == "ON_BUFFER":
-            # Already back on the buffer, waiting for this decision.
-            job = db.set_job_status(job.id, ("SUSPENDED",), "QUEUED", held_status=None)
-            return advance_after_step(db, job)
-    elif action.kind == "REMOVE_CANCELLED_PIECES":
-        for piece in context.get("pieces", []):  # taken off their machines: the slots are free
-            if piece["positionType"] == "ON_EQUIPMENT":
-                equipment_id, _, n = piece["positionRefId"].rpartition(":")
-                slot = db.slot(equipment_id, int(n))
-                if slot is not None and slot.current_job_id == piece["jobId"]:
-                    db.set_equipment_slot(equipment_id, int(n), ("OCCUPIED", "DONE"), "EMPTY", None)
-    elif action.kind == "SIGNAL_MISMATCH" and resolution == "MARK_DONE":
-        slot = db.slot(action.equipment_id, context["slotNo"])
-        if slot is not None and slot.status == "OCCUPIED":
-            mark_slot_done(db, slot)
-    return []
-
-
 def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
     """Accept the recorded state for recovery actions (given ids, else all open
     ones); jobs held by them continue by themselves."""
     db = ctx.db
-    open_recovery = {a.id: a for a in db.open_manual_actions() if a.kind.startswith("RECOVERY")}
+    open_recovery = {a.id: a for a in db.open_manual_actions() if is_recovery(a.kind)}
     ids = list(cmd.manual_action_ids) if cmd.manual_action_ids is not None else list(open_recovery)
     unknown = [i for i in ids if i not in open_recovery]
     if unknown:
@@ -248,11 +190,7 @@ def confirm_recovery(cmd: m.ConfirmRecovery, ctx):
 
 
 def _alarm(ctx, alarm_id):
-    ctx.target = ("alarm", str(alarm_id))
-    alarm = ctx.db.alarm(alarm_id)
-    if alarm is None:
-        raise Rejected("NOT_FOUND", f"alarm {alarm_id} does not exist")
-    return alarm
+    return _existing(ctx, "alarm", "alarm", ctx.db.alarm, alarm_id)
 
 
 def acknowledge_alarm(cmd: m.AcknowledgeAlarm, ctx):

@@ -7,9 +7,9 @@ which comes or is already queued, concludes it as usual. Only tasks the
 hardware does not know (it restarted too, or was unreachable) are asked about.
 
 ``RecoveryCheck`` is the loop's first message after a start. It compares the
-DB with itself and with the PLC (``recovery.find_inconsistencies``) and turns
+DB with itself and with the PLC (``consistency_checks.find_inconsistencies``) and turns
 every disagreement into held jobs (SUSPENDED, ``held_status`` kept), an alarm
-and a manual action whose choices are ``recovery.CHOICES[kind]``. A RUNNING
+and a manual action whose choices are ``consistency_checks.CHOICES[kind]``. A RUNNING
 task is closed (FAILED, ``RECOVERY_OUTCOME_UNKNOWN``): no result will be
 accepted for it any more, so the robot is free, and the operator says what
 happened. A job leaves SUSPENDED when the last open recovery action naming it
@@ -19,15 +19,15 @@ is resolved. Nothing is guessed and nothing is replayed from logs.
 from __future__ import annotations
 
 from shared import events as ev
-from shared.db.models import JOB_TERMINAL
+from shared.db.models import JOB_HELD, JOB_TERMINAL
 
+from .. import consistency_checks as r
 from .. import messages as m
-from .. import recovery as r
-from ..actions import apply_task_success, mark_slot_done, scrap_job, take_out_again
 from ..dbstate import Rejected
+from ..job_lifecycle import mark_slot_done, scrap_job, take_out_again
+from ..task_outcomes import apply_task_success
 
 OUTCOME_UNKNOWN = "RECOVERY_OUTCOME_UNKNOWN"
-HELD = ("SUSPENDED", "PAUSED")
 
 # What each answer does, appended to the action's text so the page can show it.
 CHOICE_HELP = {
@@ -59,17 +59,11 @@ def _task_rows(tasks: dict) -> list:
     return [r.TaskRow(t.id, t.kind, t.status, t.job_id, t.equipment_id) for t in tasks.values()]
 
 
-def recovery_check(evt: m.RecoveryCheck, ctx):
-    db = ctx.db
-    ctx.target = ("recovery", None)
-    jobs = [r.JobRow(j.id, j.status, j.position_type, j.position_ref_id, j.temp_slot_no)
-            for j in db.live_jobs()]
-    slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
+def _tasks_in_question(evt: m.RecoveryCheck, db) -> dict:
+    """The open tasks whose outcome nobody will report: id → task."""
     open_tasks = {t.id: t for t in db.open_tasks()}
     if evt.hardware_started_at:
-        # A hardware restart mid-run: only the actions it lost are in question (the
-        # line's state was consistent a message ago, and a PLC read taken before this
-        # message would race the loop's own updates).
+        # A hardware restart mid-run: only the actions it lost are in question.
         since = evt.hardware_started
         open_tasks = {i: t for i, t in open_tasks.items() if t.started_at and t.started_at < since}
         if evt.accepted_by_earlier is not None:
@@ -77,48 +71,67 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
             # the queue for the new one (or was answered NOT_EXECUTED): it reports.
             earlier = set(evt.accepted_by_earlier)
             open_tasks = {i: t for i, t in open_tasks.items() if str(i) in earlier}
-        found = r.find_inconsistencies([], [], _task_rows(open_tasks), {"connected": True, "equipment": []},
-                                       ctx.layout.buffer_slots, equipment_running=[])
-    else:
-        known = (evt.plc_state or {}).get("knownActions") or {}
-        reported = {*known.get("open", ()), *known.get("answered", ())}
-        # The hardware still holds these, or has published their result (waiting in
-        # the queue behind this message): their outcome is not unknown, it comes.
-        open_tasks = {i: t for i, t in open_tasks.items() if str(i) not in reported}
-        running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
-        found = r.find_inconsistencies(jobs, slots, _task_rows(open_tasks), evt.plc_state,
-                                       ctx.layout.buffer_slots, equipment_running=running)
-    asked = {(a.context or {}).get("checkKey") for a in db.open_manual_actions()
-             if a.kind.startswith("RECOVERY")}
+        return open_tasks
+    known = (evt.plc_state or {}).get("knownActions") or {}
+    reported = {*known.get("open", ()), *known.get("answered", ())}
+    # The hardware still holds these, or has published their result (waiting in
+    # the queue behind this message): their outcome is not unknown, it comes.
+    return {i: t for i, t in open_tasks.items() if str(i) not in reported}
+
+
+def _find(evt: m.RecoveryCheck, ctx, open_tasks: dict) -> list[r.Inconsistency]:
+    db = ctx.db
+    if evt.hardware_started_at:
+        # Only the lost tasks: the line's state was consistent a message ago, and a PLC
+        # read taken before this message would race the loop's own updates.
+        return r.find_inconsistencies([], [], _task_rows(open_tasks), {"connected": True, "equipment": []},
+                                      ctx.layout.buffer_slots, equipment_running=[])
+    jobs = [r.JobRow(j.id, j.status, j.position_type, j.position_ref_id, j.temp_slot_no)
+            for j in db.live_jobs()]
+    slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
+    running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
+    return r.find_inconsistencies(jobs, slots, _task_rows(open_tasks), evt.plc_state,
+                                  ctx.layout.buffer_slots, equipment_running=running)
+
+
+def _ask(db, inc: r.Inconsistency, key: str, open_tasks: dict) -> int:
+    """One finding → its jobs held (its task closed), an alarm and a manual action; the action's id."""
+    job_ids = list(inc.job_ids)
+    if inc.task_id is not None:
+        task = open_tasks[inc.task_id]
+        params = task.params or {}
+        job_ids += [j for j in params.get("jobIds", []) + list((params.get("jobs") or {}).values())
+                    if j is not None and j not in job_ids]
+        db.abandon_task(task.id, OUTCOME_UNKNOWN, "a restart (line controller or hardware "
+                        "service) came before the hardware reported this action; an operator "
+                        "says what happened")
+    for job_id in job_ids:
+        _hold(db, job_id)
+    if inc.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
+        equipment = db.equipment(inc.equipment_id)
+        if equipment is not None and equipment.status != "FAULT":
+            db.set_equipment_status(equipment.id, "FAULT")  # no new piece until confirmed
+    alarm = db.raise_alarm(inc.kind, inc.text, equipment_id=inc.equipment_id,
+                           job_id=job_ids[0] if job_ids else None, task_id=inc.task_id)
+    return db.create_manual_action(
+        inc.kind, f"{inc.text} {CHOICE_HELP[inc.kind]}", list(inc.choices),
+        job_id=job_ids[0] if len(job_ids) == 1 else None, equipment_id=inc.equipment_id,
+        alarm_id=alarm.id,
+        context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id}).id
+
+
+def recovery_check(evt: m.RecoveryCheck, ctx):
+    db = ctx.db
+    ctx.target = ("recovery", None)
+    open_tasks = _tasks_in_question(evt, db)
+    found = _find(evt, ctx, open_tasks)
+    asked = {(a.context or {}).get("checkKey") for a in db.open_manual_actions() if r.is_recovery(a.kind)}
     created = []
     for inc in found:
         key = _check_key(inc)
-        if key in asked:
-            continue
-        asked.add(key)
-        job_ids = list(inc.job_ids)
-        if inc.task_id is not None:
-            task = open_tasks[inc.task_id]
-            params = task.params or {}
-            job_ids += [j for j in params.get("jobIds", []) + list((params.get("jobs") or {}).values())
-                        if j is not None and j not in job_ids]
-            db.abandon_task(task.id, OUTCOME_UNKNOWN, "a restart (line controller or hardware "
-                            "service) came before the hardware reported this action; an operator "
-                            "says what happened")
-        for job_id in job_ids:
-            _hold(db, job_id)
-        if inc.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
-            equipment = db.equipment(inc.equipment_id)
-            if equipment is not None and equipment.status != "FAULT":
-                db.set_equipment_status(equipment.id, "FAULT")  # no new piece until confirmed
-        alarm = db.raise_alarm(inc.kind, inc.text, equipment_id=inc.equipment_id,
-                               job_id=job_ids[0] if job_ids else None, task_id=inc.task_id)
-        action = db.create_manual_action(
-            inc.kind, f"{inc.text} {CHOICE_HELP[inc.kind]}", list(inc.choices),
-            job_id=job_ids[0] if len(job_ids) == 1 else None, equipment_id=inc.equipment_id,
-            alarm_id=alarm.id,
-            context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id})
-        created.append(action.id)
+        if key not in asked:
+            asked.add(key)
+            created.append(_ask(db, inc, key, open_tasks))
     dock = (evt.plc_state or {}).get("dock")
     if dock is not None and not evt.hardware_started_at and evt.plc_state.get("connected"):
         # The PLC's count is the truth now that no refill runs any more.
@@ -130,14 +143,14 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
 
 def _hold(db, job_id):
     job = db.job(job_id)
-    if job is None or job.status in JOB_TERMINAL or job.status in HELD:
+    if job is None or job.status in JOB_TERMINAL or job.status in JOB_HELD:
         return
     db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status=job.status)
 
 
 def _still_held(db, job_id, resolving_id) -> bool:
     return any(job_id in (a.context or {}).get("jobIds", []) for a in db.open_manual_actions()
-               if a.kind.startswith("RECOVERY") and a.id != resolving_id)
+               if r.is_recovery(a.kind) and a.id != resolving_id)
 
 
 def _release(db, action, job_id, *, status=None, place: dict | None = None):
@@ -147,7 +160,7 @@ def _release(db, action, job_id, *, status=None, place: dict | None = None):
     if job is None or job.status in JOB_TERMINAL:
         return None
     target = status or job.held_status or "QUEUED"
-    held = job.status in HELD
+    held = job.status in JOB_HELD
     if _still_held(db, job_id, action.id) or job.status == "PAUSED":
         # Stay held; return to ``target`` when released.
         if place is not None:
@@ -212,7 +225,7 @@ def _resolve_task(db, action, task, job_ids, resolution):
     if resolution == "ACTION_DONE":
         for job_id in job_ids:
             _release(db, action, job_id)
-        if any(db.job(j).status in HELD for j in params.get("jobIds", [])):
+        if any(db.job(j).status in JOB_HELD for j in params.get("jobIds", [])):
             raise Rejected("INVALID_TRANSITION", "another recovery action still holds this task's "
                            "jobs: resolve it first")
         return list(apply_task_success(db, task, {}) or [])

@@ -7,7 +7,7 @@ cancelled, or its job already terminal) is a stale result: logged and ignored.
 from __future__ import annotations
 
 from .. import messages as m
-from ..actions import apply_task_failure, apply_task_success
+from ..task_outcomes import apply_task_failure, apply_task_success
 
 
 def _conclude(message, ctx, **outcome):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from .. import manual_actions as ma
 from .. import messages as m
-from ..actions import mark_slot_done
 from ..dbstate import Rejected
+from ..job_lifecycle import mark_slot_done
 
 
 def _target_slot(ctx, equipment, slot_no, job_id=None):
@@ -34,11 +35,10 @@ def _mismatch(ctx, equipment, slot, job_id):
         "SIGNAL_JOB_MISMATCH",
         f"{equipment.id} slot {slot.slot_no} reports job {job_id}, the slot holds job {slot.current_job_id}",
         equipment_id=equipment.id, job_id=slot.current_job_id)
-    ctx.db.create_manual_action(
-        "SIGNAL_MISMATCH",
-        f"{equipment.id} slot {slot.slot_no}: the PLC reports job {job_id} but the slot holds job "
-        f"{slot.current_job_id}. MARK_DONE treats the slot's job as done; IGNORE_SIGNAL drops the signal.",
-        ["MARK_DONE", "IGNORE_SIGNAL"], job_id=slot.current_job_id, equipment_id=equipment.id,
+    ma.open_manual_action(
+        ctx.db, ma.SIGNAL_MISMATCH, {"equipment_id": equipment.id, "slot_no": slot.slot_no,
+                                     "reported_job_id": job_id, "slot_job_id": slot.current_job_id},
+        job_id=slot.current_job_id, equipment_id=equipment.id,
         alarm_id=alarm.id, context={"slotNo": slot.slot_no, "reportedJobId": job_id})
 
 
@@ -106,11 +106,9 @@ def inspection_result(evt: m.InspectionResult, ctx):
     mark_slot_done(ctx.db, slot)
     _machine_idle(ctx, equipment)
     if disposition == "DECIDE":
-        ctx.db.create_manual_action(
-            "INSPECTION_DECISION",
-            f"Inspection of job {slot.current_job_id} on {equipment.id} gave no verdict: decide.",
-            ["PASS", "SCRAP", "REWORK"], job_id=slot.current_job_id, equipment_id=equipment.id,
-            context={"inspection": inspection})
+        ma.open_manual_action(
+            ctx.db, ma.INSPECTION_DECISION, {"job_id": slot.current_job_id, "equipment_id": equipment.id},
+            job_id=slot.current_job_id, equipment_id=equipment.id, context={"inspection": inspection})
     return None
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import messages as m
-from ..actions import apply_task_failure
+from ..task_outcomes import apply_task_failure
 
 
 def schedule_tick(tick: m.ScheduleTick, ctx):

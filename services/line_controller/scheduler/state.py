@@ -28,6 +28,7 @@ from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from shared.db.models import (
+    JOB_HELD,
     JOB_TERMINAL,
     TASK_TERMINAL,
     WORK_ORDER_TERMINAL,
@@ -47,7 +48,8 @@ from shared.layout import Layout
 MACHINE_TASK_KINDS = frozenset({START_MACHINE})
 TOOL_TASK_KINDS = frozenset({SCAN, MARK})
 EQUIPMENT_DOWN = frozenset({"FAULT", "OFFLINE"})
-JOB_HELD = frozenset({"PAUSED", "SUSPENDED", "ERROR"})
+# Given no work until an operator acts: held, or in error.
+JOB_WAITING_FOR_OPERATOR = frozenset({*JOB_HELD, "ERROR"})
 ALARM_OPEN = ("RAISED", "ACKNOWLEDGED")
 
 
@@ -100,7 +102,7 @@ class JobView:
 
     @property
     def held(self) -> bool:
-        return self.status in JOB_HELD
+        return self.status in JOB_WAITING_FOR_OPERATOR
 
     @property
     def on_dock(self) -> bool:

@@ -1,4 +1,4 @@
-"""Start-up consistency checks (seed 004, 恢复策略).
+"""Start-up consistency checks (seed 004, 恢复策略), one function per check.
 
 After a restart PostgreSQL is the truth, but it may disagree with itself or
 with the PLC (the process died between a hardware request and its result, a
@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-LIVE_JOB = ("PENDING", "QUEUED", "MOVING", "PROCESSING", "WAITING_UNLOAD", "PAUSED", "SUSPENDED", "ERROR")
+from shared.db.models import JOB_LIVE
 
-# Manual-action kinds, one per check.
+# Manual-action kinds, one per check; every recovery kind starts with this.
+RECOVERY_PREFIX = "RECOVERY"
 SLOT_MISMATCH = "RECOVERY_SLOT_MISMATCH"
 DUPLICATE_BUFFER_SLOT = "RECOVERY_DUPLICATE_BUFFER_SLOT"
 BUFFER_SLOT_OUT_OF_RANGE = "RECOVERY_BUFFER_SLOT_OUT_OF_RANGE"
@@ -34,6 +35,12 @@ RECOVERY_KINDS = (
     MACHINE_IDLE_BUT_DB_RUNNING, MACHINE_RUNNING_BUT_DB_IDLE, TASK_OUTCOME_UNKNOWN,
     PLC_UNREACHABLE,
 )
+
+
+def is_recovery(kind: str) -> bool:
+    """A restart-recovery action (answered by ``handlers.recovery``, confirmed by ``ConfirmRecovery``)."""
+    return kind.startswith(RECOVERY_PREFIX)
+
 
 # What an operator may answer. CONFIRM accepts the state as recorded in the DB.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -95,18 +102,31 @@ def find_inconsistencies(
     buffer_slots: int,
     equipment_running: Iterable[str] | None = None,
 ) -> list[Inconsistency]:
-    """``equipment_running``: the equipment the DB records RUNNING (a machine
+    """Every check, in this order: the DB with itself (equipment slots, the
+    buffer, running tasks), then the DB against the PLC.
+
+    ``equipment_running``: the equipment the DB records RUNNING (a machine
     was started). When given, only those are expected to run on the PLC: a
     batch machine with pieces loaded but not started yet is not an
     inconsistency. None checks every machine with a piece in process."""
     started = None if equipment_running is None else set(equipment_running)
-    jobs = [j for j in jobs if j.status in LIVE_JOB]
+    jobs = [j for j in jobs if j.status in JOB_LIVE]
     slots = list(slots)
-    found: list[Inconsistency] = []
-    by_id = {j.id: j for j in jobs}
-    slot_by_key = {(s.equipment_id, s.slot_no): s for s in slots}
+    found = [*jobs_not_in_their_slot(jobs, slots), *slots_holding_another_job(jobs, slots),
+             *buffer_slots_out_of_range(jobs, buffer_slots), *buffer_slots_held_twice(jobs, buffer_slots),
+             *tasks_with_unknown_outcome(tasks)]
+    if plc_state is None or not plc_state.get("connected", False):
+        return found + pieces_in_process_unchecked(jobs)
+    plc_machines = {m["id"]: m for m in plc_state.get("equipment", [])}
+    processing = _processing_by_machine(jobs, slots)
+    return (found + machines_idle_but_db_running(processing, plc_machines, started)
+            + machines_running_but_db_idle(processing, plc_machines))
 
-    # 1. Job on equipment vs the slot's record, both ways.
+
+def jobs_not_in_their_slot(jobs: list[JobRow], slots: list[SlotRow]) -> list[Inconsistency]:
+    """A job recorded on equipment whose slot is missing, empty or holds another job."""
+    slot_by_key = {(s.equipment_id, s.slot_no): s for s in slots}
+    found = []
     for j in jobs:
         if j.position_type != "ON_EQUIPMENT":
             continue
@@ -121,67 +141,88 @@ def find_inconsistencies(
                 job_ids=(j.id,), equipment_id=eq or None,
                 context={"positionRefId": j.position_ref_id},
             ))
+    return found
+
+
+def slots_holding_another_job(jobs: list[JobRow], slots: list[SlotRow]) -> list[Inconsistency]:
+    """A slot holding a job that is not live or is recorded somewhere else."""
+    by_id = {j.id: j for j in jobs}
+    found = []
     for s in slots:
         if s.current_job_id is None:
             continue
         j = by_id.get(s.current_job_id)
         if j is None or j.position_type != "ON_EQUIPMENT" or j.position_ref_id != f"{s.equipment_id}:{s.slot_no}":
-            where = "is not a live job" if j is None else f"is recorded at {j.position_type} {j.position_ref_id or ''}".rstrip()
+            where = ("is not a live job" if j is None
+                     else f"is recorded at {j.position_type} {j.position_ref_id or ''}".rstrip())
             found.append(Inconsistency(
                 SLOT_MISMATCH,
                 f"Slot {s.equipment_id}:{s.slot_no} holds job {s.current_job_id}, which {where}.",
                 job_ids=(s.current_job_id,) if j else (), equipment_id=s.equipment_id,
                 context={"slotNo": s.slot_no},
             ))
+    return found
 
-    # 2. Buffer: duplicates and out-of-range slot numbers.
+
+def buffer_slots_out_of_range(jobs: list[JobRow], buffer_slots: int) -> list[Inconsistency]:
+    return [Inconsistency(
+        BUFFER_SLOT_OUT_OF_RANGE,
+        f"Job {j.id} holds buffer slot {j.temp_slot_no}; the buffer has slots 1..{buffer_slots}.",
+        job_ids=(j.id,), context={"tempSlotNo": j.temp_slot_no},
+    ) for j in jobs if j.temp_slot_no is not None and not 1 <= j.temp_slot_no <= buffer_slots]
+
+
+def buffer_slots_held_twice(jobs: list[JobRow], buffer_slots: int) -> list[Inconsistency]:
+    """A buffer slot (in range) that more than one live job holds."""
     holders: dict[int, list[int]] = defaultdict(list)
     for j in jobs:
-        if j.temp_slot_no is None:
-            continue
-        if not 1 <= j.temp_slot_no <= buffer_slots:
-            found.append(Inconsistency(
-                BUFFER_SLOT_OUT_OF_RANGE,
-                f"Job {j.id} holds buffer slot {j.temp_slot_no}; the buffer has slots 1..{buffer_slots}.",
-                job_ids=(j.id,), context={"tempSlotNo": j.temp_slot_no},
-            ))
-        else:
+        if j.temp_slot_no is not None and 1 <= j.temp_slot_no <= buffer_slots:
             holders[j.temp_slot_no].append(j.id)
-    for slot_no, ids in sorted(holders.items()):
-        if len(ids) > 1:
-            found.append(Inconsistency(
-                DUPLICATE_BUFFER_SLOT,
-                f"Jobs {', '.join(map(str, sorted(ids)))} all hold buffer slot {slot_no}.",
-                job_ids=tuple(sorted(ids)), context={"tempSlotNo": slot_no},
-            ))
+    return [Inconsistency(
+        DUPLICATE_BUFFER_SLOT,
+        f"Jobs {', '.join(map(str, sorted(ids)))} all hold buffer slot {slot_no}.",
+        job_ids=tuple(sorted(ids)), context={"tempSlotNo": slot_no},
+    ) for slot_no, ids in sorted(holders.items()) if len(ids) > 1]
 
-    # 3. Tasks that were running when the process died: outcome unknown.
-    for t in tasks:
-        if t.status == "RUNNING":
-            found.append(Inconsistency(
-                TASK_OUTCOME_UNKNOWN,
-                f"Task {t.id} ({t.kind}) was running when the line controller or the hardware service restarted; "
-                "whether the hardware finished it is unknown.",
-                job_ids=(t.job_id,) if t.job_id else (), equipment_id=t.equipment_id, task_id=t.id,
-            ))
 
-    # 4. The DB against the PLC.
-    if plc_state is None or not plc_state.get("connected", False):
-        processing = sorted({j.id for j in jobs if j.status == "PROCESSING"})
-        if processing:
-            found.append(Inconsistency(
-                PLC_UNREACHABLE,
-                "The PLC could not be read, so machines with pieces in process cannot be checked.",
-                job_ids=tuple(processing),
-            ))
-        return found
-    plc_machines = {m["id"]: m for m in plc_state.get("equipment", [])}
+def tasks_with_unknown_outcome(tasks: Iterable[TaskRow]) -> list[Inconsistency]:
+    """Tasks that were running when the process died."""
+    return [Inconsistency(
+        TASK_OUTCOME_UNKNOWN,
+        f"Task {t.id} ({t.kind}) was running when the line controller or the hardware service restarted; "
+        "whether the hardware finished it is unknown.",
+        job_ids=(t.job_id,) if t.job_id else (), equipment_id=t.equipment_id, task_id=t.id,
+    ) for t in tasks if t.status == "RUNNING"]
+
+
+def pieces_in_process_unchecked(jobs: list[JobRow]) -> list[Inconsistency]:
+    """The PLC could not be read: pieces in process are in question."""
+    processing = sorted({j.id for j in jobs if j.status == "PROCESSING"})
+    if not processing:
+        return []
+    return [Inconsistency(
+        PLC_UNREACHABLE,
+        "The PLC could not be read, so machines with pieces in process cannot be checked.",
+        job_ids=tuple(processing),
+    )]
+
+
+def _processing_by_machine(jobs: list[JobRow], slots: list[SlotRow]) -> dict[str, list[int]]:
+    """Equipment → the PROCESSING jobs in its OCCUPIED slots, as the DB records them."""
+    by_id = {j.id: j for j in jobs}
     running_in_db: dict[str, list[int]] = defaultdict(list)
     for s in slots:
         j = by_id.get(s.current_job_id) if s.current_job_id else None
         if s.status == "OCCUPIED" and j is not None and j.status == "PROCESSING":
             running_in_db[s.equipment_id].append(j.id)
-    for eq_id, job_ids in sorted(running_in_db.items()):
+    return running_in_db
+
+
+def machines_idle_but_db_running(processing: dict[str, list[int]], plc_machines: Mapping[str, Mapping],
+                                 started: set[str] | None) -> list[Inconsistency]:
+    """A machine the DB has processing (and started) that the PLC reports neither running nor done."""
+    found = []
+    for eq_id, job_ids in sorted(processing.items()):
         if started is not None and eq_id not in started:
             continue
         m = plc_machines.get(eq_id, {})
@@ -193,11 +234,13 @@ def find_inconsistencies(
                 "but the PLC reports it neither running nor done.",
                 job_ids=tuple(job_ids), equipment_id=eq_id,
             ))
-    for eq_id, m in sorted(plc_machines.items()):
-        if m.get("running") and eq_id not in running_in_db:
-            found.append(Inconsistency(
-                MACHINE_RUNNING_BUT_DB_IDLE,
-                f"The PLC reports {eq_id} running, but no piece is being processed there in the database.",
-                equipment_id=eq_id,
-            ))
     return found
+
+
+def machines_running_but_db_idle(processing: dict[str, list[int]],
+                                 plc_machines: Mapping[str, Mapping]) -> list[Inconsistency]:
+    return [Inconsistency(
+        MACHINE_RUNNING_BUT_DB_IDLE,
+        f"The PLC reports {eq_id} running, but no piece is being processed there in the database.",
+        equipment_id=eq_id,
+    ) for eq_id, m in sorted(plc_machines.items()) if m.get("running") and eq_id not in processing]

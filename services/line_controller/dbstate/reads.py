@@ -1,0 +1,95 @@
+"""What the loop reads: single rows and the few lists its handlers need."""
+
+from __future__ import annotations
+
+from .base import JOB_TERMINAL_SQL, StateBase
+
+
+class Reads(StateBase):
+
+    def job(self, job_id: int):
+        return self._one("SELECT * FROM job WHERE id = :id", id=job_id)
+
+    def work_order(self, order_id: int):
+        return self._one("SELECT * FROM work_order WHERE id = :id", id=order_id)
+
+    def route(self, order_id: int) -> list:
+        if order_id not in self._routes:
+            self._routes[order_id] = self._one("SELECT route FROM work_order WHERE id = :id",
+                                               id=order_id).route
+        return self._routes[order_id]
+
+    def task(self, task_id: int):
+        return self._one("SELECT * FROM task WHERE id = :id", id=task_id)
+
+    def equipment(self, equipment_id: str):
+        return self._one("SELECT * FROM equipment WHERE id = :id", id=equipment_id)
+
+    def slots(self, equipment_id: str):
+        return self._all("SELECT * FROM equipment_slot WHERE equipment_id = :e ORDER BY slot_no",
+                         e=equipment_id)
+
+    def slot(self, equipment_id: str, slot_no: int):
+        return self._one("SELECT * FROM equipment_slot WHERE equipment_id = :e AND slot_no = :n",
+                         e=equipment_id, n=slot_no)
+
+    def earliest_occupied_slot(self, equipment_id: str):
+        """The FIFO choice for a MachineDone without a usable slotNo."""
+        return self._one(
+            "SELECT * FROM equipment_slot WHERE equipment_id = :e AND status = 'OCCUPIED' "
+            "ORDER BY occupied_at, slot_no LIMIT 1", e=equipment_id)
+
+    def manual_action(self, action_id: int):
+        return self._one("SELECT * FROM manual_action WHERE id = :id", id=action_id)
+
+    def open_manual_actions(self, kinds: tuple[str, ...] | None = None, *,
+                            equipment_id: str | None = None):
+        sql = "SELECT * FROM manual_action WHERE status = 'OPEN'"
+        if kinds:
+            sql += " AND kind = ANY(:kinds)"
+        if equipment_id is not None:
+            sql += " AND equipment_id = :e"
+        return self._all(sql + " ORDER BY id", kinds=list(kinds or ()), e=equipment_id)
+
+    def open_alarms(self, *, equipment_id: str):
+        return self._all("SELECT * FROM alarm WHERE equipment_id = :e AND status <> 'CLEARED' "
+                         "ORDER BY id", e=equipment_id)
+
+    def alarm(self, alarm_id: int):
+        return self._one("SELECT * FROM alarm WHERE id = :id", id=alarm_id)
+
+    def jobs_of_order(self, order_id: int, statuses: tuple[str, ...] | None = None):
+        sql = "SELECT * FROM job WHERE work_order_id = :o"
+        if statuses:
+            sql += " AND status = ANY(:s)"
+        return self._all(sql + " ORDER BY seq_no", o=order_id, s=list(statuses or ()))
+
+    def running_tasks_of_job(self, job_id: int):
+        return self._all(
+            "SELECT * FROM task WHERE status IN ('PENDING','RUNNING') AND "
+            "(job_id = :j OR params->'jobIds' @> to_jsonb(:j))", j=job_id)
+
+    def overdue_tasks(self):
+        return self._all("SELECT * FROM task WHERE status = 'RUNNING' AND deadline_at < now()")
+
+    def live_jobs(self):
+        return self._all(f"SELECT * FROM job WHERE status NOT IN {JOB_TERMINAL_SQL} ORDER BY id")
+
+    def all_slots(self):
+        return self._all("SELECT * FROM equipment_slot ORDER BY equipment_id, slot_no")
+
+    def all_equipment(self):
+        return self._all("SELECT * FROM equipment ORDER BY id")
+
+    def pieces_in_process(self) -> int:
+        return self._one("SELECT count(*) AS n FROM job WHERE status = 'PROCESSING' "
+                         "OR held_status = 'PROCESSING'").n
+
+    def open_tasks(self):
+        return self._all("SELECT * FROM task WHERE status IN ('PENDING','RUNNING') ORDER BY id")
+
+    def buffer_occupancy(self) -> dict[int, int]:
+        """slot → job id, from ``job.temp_slot_no`` of live jobs (the buffer has no table)."""
+        rows = self._all(f"SELECT temp_slot_no, id FROM job WHERE temp_slot_no IS NOT NULL "
+                         f"AND status NOT IN {JOB_TERMINAL_SQL} ORDER BY id")
+        return {r.temp_slot_no: r.id for r in rows}

@@ -1,0 +1,148 @@
+"""What a concluded task does to the state: its success moves its jobs on, its
+failure holds them for an operator (an alarm and a manual action), and an
+action the hardware never executed is put back as if it had not been asked.
+"""
+
+from __future__ import annotations
+
+from shared import events as ev
+from shared.db.models import JOB_HELD
+
+from . import manual_actions as ma
+from .dbstate import DBState
+from .job_lifecycle import advance_after_step, restore_job, take_out_again
+from .scheduling import HardwareRequest
+
+# A take-out answered NOT_EXECUTED is sent again; after this many, an operator takes it.
+MAX_TAKE_OUT_REISSUES = 3
+
+
+def _succeeded_start(db: DBState, task, job_ids) -> None:
+    # Running unless its MachineDone overtook this result (no piece of it still processing).
+    equipment = db.equipment(task.equipment_id)
+    still = [j for j in (db.job(i) for i in job_ids)
+             if j.status == "PROCESSING" or j.held_status == "PROCESSING"]
+    if still and equipment.status == "IDLE":
+        db.set_equipment_status(task.equipment_id, "RUNNING")
+
+
+def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
+    """``task`` has just been concluded SUCCEEDED; move its jobs on. Returns
+    the hardware requests this causes (a finished piece taken out)."""
+    params = task.params or {}
+    job_ids = params.get("jobIds", [])
+    kind = task.kind
+    if kind == ev.DOCK_TO_BUFFER:
+        db.move_job_to_buffer(job_ids[0], params["bufferSlot"], "QUEUED")
+    elif kind == ev.BUFFER_TO_EQUIPMENT:
+        db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
+    elif kind == ev.EQUIPMENT_TO_BUFFER:
+        return advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
+    elif kind == ev.SWAP:
+        moved = db.move_job_to_buffer(job_ids[0])
+        db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
+        return advance_after_step(db, moved)
+    elif kind in (ev.SCAN, ev.MARK):
+        patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
+                 else {"markedText": params.get("text")})
+        job = db.patch_job_context(job_ids[0], patch)
+        return advance_after_step(db, job)
+    elif kind == ev.START_MACHINE:
+        _succeeded_start(db, task, job_ids)
+    return []
+
+
+def put_back_not_executed(db: DBState, task) -> list[HardwareRequest]:
+    """The hardware answered NOT_EXECUTED (a clean stop came before the action
+    reached the PLC): nothing moved, so every job goes back to where and what it
+    was (a job held meanwhile stays held), with no alarm and no question. A
+    take-out is issued again: its piece still sits on the buffer slot."""
+    params = task.params or {}
+    if task.kind == ev.DOCK_TO_BUFFER:
+        db.give_back_dock_pieces(1)  # the piece is still at the dock
+    _put_jobs_back(db, params)
+    db.emit("ActionNotExecuted", {"taskId": task.id, "kind": task.kind, "jobIds": params.get("jobIds", [])})
+    if task.kind == ev.BUFFER_TO_DOCK and task.job_id is not None:
+        return take_out_again(db, db.job(task.job_id), params.get("bufferSlot"),
+                              reissues=int(params.get("reissues", 0)) + 1)
+    return []
+
+
+def _put_jobs_back(db: DBState, params: dict) -> None:
+    """Nothing moved: each job of the task where and what it was before (a job
+    held meanwhile stays held, and returns to its earlier status when released)."""
+    for job_id in params.get("jobIds", []):
+        before, job = params["before"][str(job_id)], db.job(job_id)
+        if job.status in JOB_HELD:
+            restore_job(db, job_id, before, status=job.status, held_status=before["status"])
+        else:
+            restore_job(db, job_id, before, status=before["status"], held_status=None)
+
+
+def _reissued_too_often(task) -> bool:
+    return task.kind == ev.BUFFER_TO_DOCK and int((task.params or {}).get("reissues", 0)) >= MAX_TAKE_OUT_REISSUES
+
+
+def apply_task_failure(db: DBState, task, error_code: str, *,
+                       finished_at: str | None = None) -> list[HardwareRequest]:
+    """``task`` has just been concluded FAILED: its jobs SUSPENDED (nothing moved:
+    the request was refused) or ERROR (where the piece is is uncertain), with an
+    alarm and a manual action. A refill from an empty dock is no fault: its
+    piece simply waits at the dock again; an action the hardware never executed
+    is put back (:func:`put_back_not_executed`). Returns the requests to send."""
+    params = task.params or {}
+    if error_code == ev.NOT_EXECUTED and not _reissued_too_often(task):
+        return put_back_not_executed(db, task)
+    if task.kind == ev.DOCK_TO_BUFFER and error_code == "SOURCE_EMPTY":
+        # The dock ran out (the PLC says so, and nothing moved): not a fault. The
+        # piece goes back to waiting at the dock for the next pallet.
+        db.observe_dock(0, finished_at)
+        _put_jobs_back(db, params)
+        db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
+        return []
+    alarm = db.raise_alarm("ACTION_FAILED",  # the alarm code, named like the action kind
+                           f"{task.kind} failed: {error_code} {task.error_message or ''}".strip(),
+                           equipment_id=task.equipment_id,
+                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
+    if task.kind == ev.BUFFER_TO_DOCK:
+        ma.open_manual_action(db, ma.REMOVE_FINISHED_PIECE, {
+            "job_id": task.job_id, "buffer_slot": params.get("bufferSlot"), "error_code": error_code},
+            job_id=task.job_id, alarm_id=alarm.id, context={"taskId": task.id})
+    elif task.kind == ev.START_MACHINE:
+        _failed_start(db, task, error_code, alarm)
+    else:
+        _failed_move(db, task, error_code, alarm)
+    return []
+
+
+def _failed_start(db: DBState, task, error_code: str, alarm) -> None:
+    params = task.params or {}
+    db.set_equipment_status(task.equipment_id, "FAULT")
+    for job_id in (params.get("jobs") or {}).values():
+        job = db.job(job_id)
+        if job is not None and job.status not in JOB_HELD:
+            # loaded but not started: RETRY brings them back to QUEUED and they start again
+            db.set_job_status(job_id, (job.status,), "SUSPENDED", held_status="QUEUED")
+    ma.open_manual_action(
+        db, ma.EQUIPMENT_FAULT, {"equipment_id": task.equipment_id, "error_code": error_code},
+        equipment_id=task.equipment_id, alarm_id=alarm.id,
+        context={"taskId": task.id, "jobIds": list((params.get("jobs") or {}).values())})
+
+
+def _failed_move(db: DBState, task, error_code: str, alarm) -> None:
+    params = task.params or {}
+    if task.kind == ev.DOCK_TO_BUFFER and error_code == "REJECTED":
+        db.give_back_dock_pieces(1)  # refused before it moved: the piece is still at the dock
+    for job_id in params.get("jobIds", []):
+        if error_code == "REJECTED":
+            before = params["before"][str(job_id)]
+            restore_job(db, job_id, before, status="SUSPENDED", held_status=before["status"])
+        else:
+            job = db.job(job_id)
+            # A step past its deadline is suspended for the operator; a reported failure is an ERROR.
+            status = "SUSPENDED" if error_code == "ACTION_TIMEOUT" else "ERROR"
+            db.set_job_status(job_id, (job.status,), status, held_status=None, error_code=error_code)
+        ma.open_manual_action(
+            db, ma.ACTION_FAILED, {"task_kind": task.kind, "job_id": job_id, "error_code": error_code},
+            job_id=job_id, equipment_id=task.equipment_id, alarm_id=alarm.id,
+            context={"taskId": task.id, "before": params["before"][str(job_id)]})
