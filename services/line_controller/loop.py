@@ -1,14 +1,15 @@
 """The production event loop: the one path that writes production state.
 
 One consumer green thread takes messages from an in-memory inbox, strictly
-one after another. For each message it, in ONE transaction: takes the message
-in (``loop_message``: a message id already handled is a duplicate and changes
-nothing), runs the message's handler (reads, validation, conditional
-transitions through :class:`DBState`), records the outcome, audits operator
-commands, and writes the transaction's events to ``event_log`` numbered from
-its own gapless counter. After the commit it publishes the frames, sends the
-hardware requests (never waiting for the actions), runs a scheduling round,
-and only then answers the caller.
+one after another. For each message it, in ONE transaction (the loop's
+:class:`~.unit_of_work.UnitOfWork`, through which every loop write goes):
+takes the message in (``loop_message``: a message id already handled is a
+duplicate and changes nothing), runs the handler its message class maps to
+(reads, validation, conditional transitions through :class:`DBState`),
+records the outcome, audits operator commands, and writes the transaction's
+events to ``event_log`` numbered from its own gapless counter. After the
+commit it publishes the frames, sends the hardware requests (never waiting
+for the actions), runs a scheduling round, and only then answers the caller.
 
 Durability (at-least-once): a command is persisted as QUEUED by its RPC
 entrypoint before it is enqueued (:meth:`EventLoop.persist`), so a command

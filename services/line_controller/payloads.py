@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 MAX_TEXT = 200
+_EXPECTED = {bool: "expected true or false", dict: "expected an object"}  # what a wrong type is told
 
 
 class ValidationError(ValueError):
@@ -42,19 +43,15 @@ def _checked(name: str, value: Any, tp) -> Any:
                 return int(value)
             raise ValidationError(name, "expected an integer")
         return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValidationError(name, "expected true or false")
+    if tp in _EXPECTED:
+        if not isinstance(value, tp):
+            raise ValidationError(name, _EXPECTED[tp])
         return value
     if tp is str:
         if not isinstance(value, str) or not value.strip():
             raise ValidationError(name, "expected a non-empty string")
         if len(value) > MAX_TEXT:
             raise ValidationError(name, f"longer than {MAX_TEXT} characters")
-        return value
-    if tp is dict:
-        if not isinstance(value, dict):
-            raise ValidationError(name, "expected an object")
         return value
     if origin is tuple:
         if not isinstance(value, list | tuple):
