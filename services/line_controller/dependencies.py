@@ -21,8 +21,8 @@ from shared.db.engine import make_engine
 from shared.layout import load_layout
 from shared.rpc import RpcClientPool
 
-from .loop import EventLoop
-from .messages import new_message
+from .loop import EventLoop, Outcome, Pending
+from .messages import EventLoopMessage, new_message
 from .scheduler import default_scheduler
 from .scheduling import HardwareRequest
 
@@ -97,17 +97,31 @@ class NamekoHardwarePort:
 
 
 class LoopHandle:
-    """What an entrypoint gets: enqueue, persist, wait, status, and a message id
-    for a hardware event that is stable across redelivery."""
+    """What an entrypoint may ask of the loop, and nothing more: persist and enqueue
+    a message (then wait on its :class:`Pending`), the loop's status, whether its
+    inbox is empty, and a hardware event's message (its id stable across redelivery)."""
 
     def __init__(self, loop: EventLoop, worker_ctx, command_wait_seconds: float):
-        self.loop = loop
+        self._loop = loop
         self.worker_ctx = worker_ctx
         # How long a command waits for its outcome by default (read once, at setup).
         self.command_wait_seconds = command_wait_seconds
 
-    def __getattr__(self, name):
-        return getattr(self.loop, name)
+    def persist(self, msg: EventLoopMessage) -> Outcome | None:
+        return self._loop.persist(msg)
+
+    def submit(self, msg: EventLoopMessage) -> Pending:
+        return self._loop.submit(msg)
+
+    def status(self) -> dict:
+        return self._loop.status()
+
+    def inbox_empty(self) -> bool:
+        return self._loop.inbox.qsize() == 0
+
+    def accepted_by_other_than(self, instance_id: str) -> list[str]:
+        """The tasks a hardware instance other than ``instance_id`` accepted."""
+        return self._loop.hardware.accepted_by_other_than(instance_id)
 
     def event_message_id(self, type_: str, payload: dict) -> str:
         if payload.get("eventId"):
@@ -118,7 +132,7 @@ class LoopHandle:
         basis = json.dumps([type_, self.worker_ctx.immediate_parent_call_id, payload], sort_keys=True)
         return hashlib.sha1(basis.encode()).hexdigest()
 
-    def event(self, type_: str, payload: dict):
+    def event(self, type_: str, payload: dict) -> EventLoopMessage:
         correlation = payload.get("correlationId") if isinstance(payload, dict) else None
         return new_message(type_, payload if isinstance(payload, dict) else {},
                            id=self.event_message_id(type_, payload if isinstance(payload, dict) else {}),

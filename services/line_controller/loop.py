@@ -1,14 +1,15 @@
 """The production event loop: the one path that writes production state.
 
 One consumer green thread takes messages from an in-memory inbox, strictly
-one after another. For each message it, in ONE transaction: takes the message
-in (``loop_message``: a message id already handled is a duplicate and changes
-nothing), runs the message's handler (reads, validation, conditional
-transitions through :class:`DBState`), records the outcome, audits operator
-commands, and writes the transaction's events to ``event_log`` numbered from
-its own gapless counter. After the commit it publishes the frames, sends the
-hardware requests (never waiting for the actions), runs a scheduling round,
-and only then answers the caller.
+one after another. For each message it, in ONE transaction (the loop's
+:class:`~.unit_of_work.UnitOfWork`, through which every loop write goes):
+takes the message in (``loop_message``: a message id already handled is a
+duplicate and changes nothing), runs the handler its message class maps to
+(reads, validation, conditional transitions through :class:`DBState`),
+records the outcome, audits operator commands, and writes the transaction's
+events to ``event_log`` numbered from its own gapless counter. After the
+commit it publishes the frames, sends the hardware requests (never waiting
+for the actions), runs a scheduling round, and only then answers the caller.
 
 Durability (at-least-once): a command is persisted as QUEUED by its RPC
 entrypoint before it is enqueued (:meth:`EventLoop.persist`), so a command
@@ -41,6 +42,7 @@ from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
 from .scheduler import build_system_state
 from .scheduling import HardwarePort, HardwareRequest, Scheduler
+from .unit_of_work import LoopTransaction, UnitOfWork
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ RECOVERY_RETRY_SECONDS = 2.0
 
 @dataclass
 class Outcome:
+    """How a message ended; :meth:`to_reply` is the one reply shape of a command."""
     message_id: str
     status: str  # HANDLED | REJECTED | STALE | DUPLICATE | FAILED | QUEUED
     result: dict | None = None
@@ -64,15 +67,13 @@ class Outcome:
                 "error": self.error, "replayed": self.replayed}
 
     @classmethod
+    def refused(cls, message_id: str, code: str, message: str, status: str = "REJECTED") -> Outcome:
+        return cls(message_id, status, error={"code": code, "message": message})
+
+    @classmethod
     def from_row(cls, row, *, replayed: bool = False) -> Outcome:
         error = {"code": row.error_code, "message": row.error_message or ""} if row.error_code else None
         return cls(row.id, row.status, row.result, error, replayed)
-
-
-def _reused(msg) -> Outcome:
-    return Outcome(msg.id, "REJECTED", error={
-        "code": "IDEMPOTENCY_KEY_REUSED",
-        "message": "this idempotency key was used for a different request"})
 
 
 @dataclass
@@ -103,14 +104,7 @@ class EventLoop:
         self._waiting: collections.deque = collections.deque()  # enqueue times, for lag
         self._pending: dict[str, list[Pending]] = {}
         self._consumer = None
-        self._conn = None
-        self._routes: dict[int, list] = {}
-        self.last_seq = 0
-        self.last_tx = 0
-        # After a failed transaction the counters may be behind the database (a
-        # COMMIT can land on the server while its answer is lost): re-read first.
-        self._counters_stale = False
-        self.failed_transactions = 0
+        self.uow = UnitOfWork(engine)
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
@@ -137,7 +131,7 @@ class EventLoop:
             db = DBState(conn)
             db.sync_equipment(self.layout)
             db.track_machines([e.id for e in self.layout.equipment])
-            self.last_seq, self.last_tx = db.last_seq_and_tx()
+            self.uow.last_seq, self.uow.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
             in_process = recover and db.pieces_in_process() > 0
         if recover:
@@ -182,16 +176,14 @@ class EventLoop:
         if self._consumer is not None:
             self._consumer.kill()
             self._consumer = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self.uow.close()
 
     def status(self) -> dict:
         lag = time.monotonic() - self._waiting[0] if self._waiting else 0.0
         return {"queueLength": self.inbox.qsize(), "lagSeconds": round(lag, 3),
-                "handledTotal": self.handled_total, "lastSeq": self.last_seq,
+                "handledTotal": self.handled_total, "lastSeq": self.uow.last_seq,
                 "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
-                "failedTransactionsTotal": self.failed_transactions,
+                "failedTransactionsTotal": self.uow.failed_transactions,
                 "hardwareAway": self.hardware_away is not None,
                 "handling": self.handling.snapshot()}
 
@@ -207,7 +199,8 @@ class EventLoop:
             db.persist_queued(msg)
             row = db.message_outcome(msg.id)
         if row.type != msg.type or row.payload != msg.payload:
-            return _reused(msg)
+            return Outcome.refused(msg.id, "IDEMPOTENCY_KEY_REUSED",
+                                   "this idempotency key was used for a different request")
         if row.status != "QUEUED":
             return Outcome.from_row(row, replayed=True)
         return None
@@ -239,7 +232,7 @@ class EventLoop:
             outcome = self.handle(msg)
         except Exception:  # e.g. the database is gone: the loop must outlive one message
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
-            outcome = Outcome(msg.id, "FAILED", error={"code": "INTERNAL", "message": "see logs"})
+            outcome = Outcome.refused(msg.id, "INTERNAL", "see logs", "FAILED")
         self.handling.observe(msg.type, time.perf_counter() - t0, outcome.status == "FAILED")
         if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
             # Not checked (e.g. the database is away): check again, still holding scheduling.
@@ -249,89 +242,32 @@ class EventLoop:
             pending.done.send(dataclasses.replace(outcome, replayed=True) if pending.replay else outcome)
         return outcome
 
-    def _connection(self):
-        """The loop's own connection: serial handling needs one, and keeping it saves
-        a pool checkout (and its ping) per message. Replaced after a failure."""
-        if self._conn is None or self._conn.closed or self._conn.invalidated:
-            self._conn = self.engine.connect()
-        return self._conn
-
-    def _transaction(self):
-        conn = self._connection()
-        try:
-            tx = conn.begin()
-            if self._counters_stale:
-                self.last_seq, self.last_tx = DBState(conn).last_seq_and_tx()
-                self._counters_stale = False
-            return conn, tx
-        except Exception:
-            self._conn = None
-            raise
-
-    def _landed(self, message_id: str | None, frames: list[dict]) -> bool:
-        """Whether a transaction whose COMMIT raised is in the database after all
-        (the server committed, the answer was lost). Only the loop writes its
-        message rows and the event log, so either tells. Unknowable (the database
-        is away) counts as not landed: the caller answers FAILED."""
-        try:
-            with self.engine.connect() as conn:
-                db = DBState(conn)
-                if message_id is not None:
-                    row = db.message_outcome(message_id)
-                    return row is not None and row.status != "QUEUED"
-                if frames:
-                    return db.event_exists(frames[0]["seq"], frames[0]["txId"])
-        except Exception:  # noqa: BLE001 - the database is unreachable
-            log.warning("could not tell whether the failed commit landed", exc_info=True)
-        return False
-
     def handle(self, msg: m.EventLoopMessage) -> Outcome:
         """Handle one message to completion (also callable directly, serially, by tests)."""
-        requests: list[HardwareRequest] = []
-        follow_ups: list[m.EventLoopMessage] = []
         record = msg.type not in UNRECORDED
         try:
-            parsed = msg.parse()
+            body = msg.parse()
         except m.ValidationError as exc:
             return self._reject(msg, exc)
-        conn, tx = self._transaction()
-        frames = None
         try:
-            db = DBState(conn, routes=self._routes)
-            ctx = HandlerContext(db, msg, self.layout, self.executor, requests, follow_ups)
-            result = HANDLERS[msg.type](parsed, ctx)
-            status = ctx.outcome or "HANDLED"
-            audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
-            frames = db.close_transaction(msg if record else None, status=status, result=result,
-                                          audit=audit, first_seq=self.last_seq + 1,
-                                          tx_id=self.last_tx + 1)
-            if frames is None:
-                tx.rollback()
+            with self.uow.begin(msg.id if record else None) as work:
+                ctx = HandlerContext(work.db, msg, self.layout)
+                result = HANDLERS[type(body)](body, ctx)
+                status = ctx.outcome or "HANDLED"
+                audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
+                work.close(msg if record else None, status=status, result=result, audit=audit)
+            if work.duplicate:
                 return self._duplicate(msg)
-            tx.commit()
         except Rejected as exc:
-            tx.rollback()
             return self._reject(msg, exc)
         except Exception:
             log.exception("message %s (%s) failed", msg.id, msg.type)
-            self._abandon(tx)
-            if frames is None or not self._landed(msg.id if record else None, frames):
-                return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"),
-                                    "FAILED")
-            log.warning("message %s (%s): its commit landed after all", msg.id, msg.type)
-        self._committed(frames)
+            return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
+        self._publish(work)
         self.handled_total += 1
-        if msg.type == "HardwareStopping":
-            self._hardware_stopping(parsed)
-        if msg.type == "RecoveryCheck" and parsed.hardware_started:
-            self._hardware_started_at = parsed.hardware_started
-            self.hardware_away = None
-        if msg.type == "RecoveryCheck":
-            self.recovering = False
-            log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
-                     result["inconsistencies"], result["manualActionIds"])
-        self._send(requests)
-        for follow_up in follow_ups:
+        self._keep_loop_state(body, result)
+        self._send(ctx.requests)
+        for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
         try:
             self.schedule()
@@ -340,19 +276,21 @@ class EventLoop:
                           msg.id, msg.type)
         return Outcome(msg.id, status, result)
 
-    def _hardware_stopping(self, evt: m.HardwareStopping) -> None:
-        if evt.started and self._hardware_started_at and evt.started < self._hardware_started_at:
-            return  # an older instance's late word: a newer one has started since
-        log.info("hardware instance %s stops: robot work held until the next one starts", evt.instance_id)
-        self.hardware_away = evt.instance_id
-
-    def _abandon(self, tx) -> None:
-        self.failed_transactions += 1
-        self._counters_stale = True
-        try:
-            tx.rollback()
-        except Exception:  # the connection itself is broken: start afresh next time
-            self._conn = None
+    def _keep_loop_state(self, body, result: dict | None) -> None:
+        """What the loop itself keeps of a handled message: whether scheduling may run."""
+        if isinstance(body, m.HardwareStopping):
+            if body.started and self._hardware_started_at and body.started < self._hardware_started_at:
+                return  # an older instance's late word: a newer one has started since
+            log.info("hardware instance %s stops: robot work held until the next one starts",
+                     body.instance_id)
+            self.hardware_away = body.instance_id
+        elif isinstance(body, m.RecoveryCheck):
+            if body.hardware_started:
+                self._hardware_started_at = body.hardware_started
+                self.hardware_away = None
+            self.recovering = False
+            log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
+                     result["inconsistencies"], result["manualActionIds"])
 
     @staticmethod
     def _audit(msg, target, outcome, error=None) -> dict:
@@ -377,37 +315,27 @@ class EventLoop:
 
     def _reject(self, msg, exc, status: str = "REJECTED") -> Outcome:
         if isinstance(exc, m.ValidationError):
-            error = {"code": "VALIDATION_ERROR", "message": str(exc)}
+            outcome = Outcome.refused(msg.id, "VALIDATION_ERROR", str(exc), status)
         else:
-            error = {"code": exc.code, "message": exc.message}
-        known = msg.type in m.MESSAGE_TYPES
-        if known and msg.type not in UNRECORDED:
-            conn, tx = self._transaction()
-            try:
-                audit = (self._audit(msg, ("command", msg.id), status, error)
-                         if msg.category == m.COMMAND else None)
-                recorded = DBState(conn).close_transaction(
-                    msg, status=status, error=(error["code"], error["message"]), audit=audit,
-                    first_seq=self.last_seq + 1, tx_id=self.last_tx + 1)
-                if recorded is None:
-                    tx.rollback()
-                    return self._duplicate(msg)
-                tx.commit()
-            except Exception:
-                self._abandon(tx)
-                raise
+            outcome = Outcome.refused(msg.id, exc.code, exc.message, status)
+        if msg.type in m.MESSAGE_TYPES and msg.type not in UNRECORDED:
+            error = outcome.error
+            audit = (self._audit(msg, ("command", msg.id), status, error)
+                     if msg.category == m.COMMAND else None)
+            with self.uow.begin(msg.id) as work:
+                work.close(msg, status=status, error=(error["code"], error["message"]), audit=audit)
+            if work.duplicate:
+                return self._duplicate(msg)
         self.handled_total += 1
-        return Outcome(msg.id, status, None, error)
+        return outcome
 
-    def _committed(self, frames: list[dict]) -> None:
-        if not frames:
+    def _publish(self, work: LoopTransaction) -> None:
+        if not work.frames:
             return
-        self.last_seq += len(frames)
-        self.last_tx += 1
         try:
-            self.publish(self.last_tx, frames)
+            self.publish(work.tx_id, work.frames)
         except Exception:  # the event log has them; clients fill gaps from it
-            log.exception("publishing tx %s failed", self.last_tx)
+            log.exception("publishing tx %s failed", work.tx_id)
 
     def _send(self, requests: list[HardwareRequest]) -> None:
         for req in requests:
@@ -432,27 +360,16 @@ class EventLoop:
         if self.scheduler is None or self.recovering or self.hardware_away:
             return
         requests: list[HardwareRequest] = []
-        conn, tx = self._transaction()
-        frames = None
         try:
-            db = DBState(conn, routes=self._routes)
-            state = build_system_state(Session(bind=conn), self.layout, db.now)
-            for action in self.scheduler.choose(state):
-                requests.extend(self.executor.apply(db, action))
-            if not db.events:  # nothing chosen: no transaction to record
-                tx.rollback()
-                return
-            frames = db.close_transaction(None, status="HANDLED", first_seq=self.last_seq + 1,
-                                          tx_id=self.last_tx + 1)
-            tx.commit()
+            with self.uow.begin() as work:
+                state = build_system_state(Session(bind=work.db.conn), self.layout, work.db.now)
+                for action in self.scheduler.choose(state):
+                    requests.extend(self.executor.apply(work.db, action))
+                if work.db.events:  # nothing chosen: no transaction to record
+                    work.close(None, status="HANDLED")
         except Rejected as exc:
-            tx.rollback()
             log.warning("scheduling round dropped: %s", exc.message)
             return
-        except Exception:
-            self._abandon(tx)
-            if frames is None or not self._landed(None, frames):
-                raise
-            log.warning("scheduling round tx %s: its commit landed after all", frames[0]["txId"])
-        self._committed(frames)
-        self._send(requests)
+        if work.closed:
+            self._publish(work)
+            self._send(requests)

@@ -18,17 +18,22 @@ from nameko.timer import timer
 from shared import events as ev
 
 from .dependencies import LineEventPublisher, ProductionLoop
+from .loop import Outcome
 from .messages import COMMAND_TYPES, ValidationError, new_message
 
 EVENT_WAIT_SECONDS = 30.0  # then the event is requeued; its redelivery is a harmless duplicate
 
 
-def _reply(command_id, status, result=None, error=None):
-    return {"commandId": command_id, "status": status, "result": result, "error": error}
-
-
 def _rejected(command_id, message):
-    return _reply(command_id, "REJECTED", error={"code": "VALIDATION_ERROR", "message": message})
+    return Outcome.refused(command_id, "VALIDATION_ERROR", message).to_reply()
+
+
+def _fed(event_type: str):
+    """An entrypoint that feeds one hardware event into the loop (see ``_feed``)."""
+    @event_handler(ev.HARDWARE, event_type, requeue_on_error=True)
+    def feed(self, payload):
+        self._feed(event_type, payload)
+    return feed
 
 
 class LineControllerService:
@@ -58,14 +63,14 @@ class LineControllerService:
             return _rejected(command_id, "wait_seconds: must be 0..300")
         msg = new_message(type, payload, id=command_id, actor=actor)
         try:
-            msg.parse()
+            msg.parse()  # once: the loop uses this parse
         except ValidationError as exc:  # bad input changes nothing, not even the inbox
             return _rejected(command_id, str(exc))
         recorded = self.loop.persist(msg)
         if recorded is not None:
             return recorded.to_reply()
         outcome = self.loop.submit(msg).wait(wait_seconds)
-        return outcome.to_reply() if outcome is not None else _reply(command_id, "QUEUED")
+        return (outcome or Outcome(command_id, "QUEUED")).to_reply()
 
     @rpc
     def status(self):
@@ -73,7 +78,7 @@ class LineControllerService:
 
     @timer(interval=1.0)
     def tick(self):
-        if self.loop.inbox.qsize() == 0:
+        if self.loop.inbox_empty():
             self.loop.submit(new_message("ScheduleTick"))
 
     def _feed(self, type_, payload):
@@ -85,48 +90,25 @@ class LineControllerService:
             # as FAILED, so its redelivery is a duplicate and is acknowledged.
             raise RuntimeError(f"{type_} {outcome.message_id} failed; requeued")
 
-    @event_handler(ev.HARDWARE, ev.ROBOT_ACTION_SUCCEEDED, requeue_on_error=True)
-    def on_robot_action_succeeded(self, payload):
-        self._feed(ev.ROBOT_ACTION_SUCCEEDED, payload)
-
-    @event_handler(ev.HARDWARE, ev.ROBOT_ACTION_FAILED, requeue_on_error=True)
-    def on_robot_action_failed(self, payload):
-        self._feed(ev.ROBOT_ACTION_FAILED, payload)
-
-    @event_handler(ev.HARDWARE, ev.TOOL_ACTION_SUCCEEDED, requeue_on_error=True)
-    def on_tool_action_succeeded(self, payload):
-        self._feed(ev.TOOL_ACTION_SUCCEEDED, payload)
-
-    @event_handler(ev.HARDWARE, ev.TOOL_ACTION_FAILED, requeue_on_error=True)
-    def on_tool_action_failed(self, payload):
-        self._feed(ev.TOOL_ACTION_FAILED, payload)
-
-    @event_handler(ev.HARDWARE, ev.MACHINE_START_SUCCEEDED, requeue_on_error=True)
-    def on_machine_start_succeeded(self, payload):
-        self._feed(ev.MACHINE_START_SUCCEEDED, payload)
-
-    @event_handler(ev.HARDWARE, ev.MACHINE_START_FAILED, requeue_on_error=True)
-    def on_machine_start_failed(self, payload):
-        self._feed(ev.MACHINE_START_FAILED, payload)
-
-    @event_handler(ev.HARDWARE, ev.MACHINE_DONE, requeue_on_error=True)
-    def on_machine_done(self, payload):
-        self._feed(ev.MACHINE_DONE, payload)
-
-    @event_handler(ev.HARDWARE, ev.INSPECTION_RESULT, requeue_on_error=True)
-    def on_inspection_result(self, payload):
-        self._feed(ev.INSPECTION_RESULT, payload)
-
-    @event_handler(ev.HARDWARE, ev.MACHINE_FAULT, requeue_on_error=True)
-    def on_machine_fault(self, payload):
-        self._feed(ev.MACHINE_FAULT, payload)
+    # Each hardware event has its own entrypoint (nameko names the queue after it).
+    on_robot_action_succeeded = _fed(ev.ROBOT_ACTION_SUCCEEDED)
+    on_robot_action_failed = _fed(ev.ROBOT_ACTION_FAILED)
+    on_tool_action_succeeded = _fed(ev.TOOL_ACTION_SUCCEEDED)
+    on_tool_action_failed = _fed(ev.TOOL_ACTION_FAILED)
+    on_machine_start_succeeded = _fed(ev.MACHINE_START_SUCCEEDED)
+    on_machine_start_failed = _fed(ev.MACHINE_START_FAILED)
+    on_machine_done = _fed(ev.MACHINE_DONE)
+    on_inspection_result = _fed(ev.INSPECTION_RESULT)
+    on_machine_fault = _fed(ev.MACHINE_FAULT)
+    on_hardware_stopping = _fed(ev.HARDWARE_STOPPING)
+    on_pallet_arrived = _fed(ev.PALLET_ARRIVED)
 
     @event_handler(ev.HARDWARE, ev.HARDWARE_STARTED, requeue_on_error=True)
     def on_hardware_started(self, payload):
         # A new hardware instance: actions the old one accepted will never report.
         # Check the state again, like after our own start (one check per instance).
         instance = str((payload or {}).get("instanceId", ""))[:40]
-        earlier = self.loop.hardware.accepted_by_other_than(instance)
+        earlier = self.loop.accepted_by_other_than(instance)
         msg = new_message("RecoveryCheck", {"plcState": (payload or {}).get("plcState"),
                                             "hardwareStartedAt": (payload or {}).get("startedAt"),
                                             "acceptedByEarlier": earlier},
@@ -134,11 +116,3 @@ class LineControllerService:
         outcome = self.loop.submit(msg).wait(EVENT_WAIT_SECONDS)
         if outcome is None or outcome.status == "FAILED":
             raise RuntimeError("recovery check after a hardware restart not handled; requeued")
-
-    @event_handler(ev.HARDWARE, ev.HARDWARE_STOPPING, requeue_on_error=True)
-    def on_hardware_stopping(self, payload):
-        self._feed(ev.HARDWARE_STOPPING, payload)
-
-    @event_handler(ev.HARDWARE, ev.PALLET_ARRIVED, requeue_on_error=True)
-    def on_pallet_arrived(self, payload):
-        self._feed(ev.PALLET_ARRIVED, payload)

@@ -115,11 +115,12 @@ def test_a_loop_whose_database_fails_mid_command_is_503_not_409(client, engine, 
     """The loop answers FAILED/INTERNAL when its own transaction fails: that is
     the server's fault (503 UNAVAILABLE), never the client's (409)."""
     from services.line_controller import loop as loop_module
+    from services.line_controller.messages import CreateOrder
 
     def broken_handler(parsed, ctx):
         raise RuntimeError("connection to the database lost")
 
-    monkeypatch.setitem(loop_module.HANDLERS, "CreateOrder", broken_handler)
+    monkeypatch.setitem(loop_module.HANDLERS, CreateOrder, broken_handler)
     r = client.post("/api/work-orders", json={"productId": "SHAFT-B", "quantity": 1}, headers=AUTH)
     assert r.status_code == 503, r.get_json()
     assert r.get_json()["error"]["code"] == "UNAVAILABLE"

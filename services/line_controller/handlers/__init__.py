@@ -1,36 +1,45 @@
-"""One handler per message type: ``handler(message, ctx) -> result dict | None``.
+"""One handler per message class: ``handler(message, ctx) -> result dict | None``.
 
 A handler reads what it needs through ``ctx.db`` (:class:`DBState`), validates,
 and applies transitions; raising :class:`~services.line_controller.dbstate.Rejected`
 rolls the whole transaction back. Hardware requests go to ``ctx.requests`` (sent
-after the commit), follow-up messages to ``ctx.follow_ups``.
+after the commit), follow-up messages to ``ctx.follow_ups``. Each module keeps a
+table ``HANDLERS`` from message class to handler; :data:`HANDLERS` joins them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shared.layout import Layout
+
 from ..dbstate import DBState
-from ..messages import split_actor
+from ..messages import MESSAGE_TYPES, EventLoopMessage, split_actor
+from ..scheduling import HardwareRequest
 
 
-@dataclass
+@dataclass(slots=True)
 class HandlerContext:
+    """What a handler works with, and what it leaves for the loop."""
     db: DBState
-    message: object  # EventLoopMessage
-    layout: object  # shared.layout.Layout
-    executor: object  # ActionExecutor
-    requests: list = field(default_factory=list)
-    follow_ups: list = field(default_factory=list)
+    message: EventLoopMessage  # the envelope (id, type, actor) of the message handled
+    layout: Layout
+    # Left for the loop, after the commit:
+    requests: list[HardwareRequest] = field(default_factory=list)  # sent to the hardware
+    follow_ups: list[EventLoopMessage] = field(default_factory=list)  # enqueued
     outcome: str | None = None  # None → HANDLED; STALE for a late worker result
-    target: tuple[str, str | None] = ("command", None)
+    target: tuple[str, str | None] = ("command", None)  # what a command's audit row names
 
     @property
     def actor(self) -> str:
         return split_actor(self.message.actor)[0] or "system"
 
 
+Handler = Callable[[object, HandlerContext], dict | None]
+
 from . import commands, recovery, results, signals, timers  # noqa: E402
 
-HANDLERS = {**commands.HANDLERS, **signals.HANDLERS, **results.HANDLERS, **timers.HANDLERS,
-            **recovery.HANDLERS}
+HANDLERS: dict[type, Handler] = {**commands.HANDLERS, **signals.HANDLERS, **results.HANDLERS,
+                                 **timers.HANDLERS, **recovery.HANDLERS}
+assert set(HANDLERS) == set(MESSAGE_TYPES.values()), "a message class without a handler"

@@ -217,10 +217,10 @@ def unshelve_alarm(cmd: m.UnshelveAlarm, ctx):
 
 
 HANDLERS = {
-    "CreateOrder": create_order, "StartOrder": start_order, "PauseOrder": pause_order,
-    "ResumeOrder": resume_order, "CancelOrder": cancel_order, "SuspendJob": suspend_job,
-    "ResumeJob": resume_job, "ReworkJob": rework_job,
-    "ResolveManualAction": resolve_manual_action, "ConfirmRecovery": confirm_recovery,
-    "AcknowledgeAlarm": acknowledge_alarm, "ShelveAlarm": shelve_alarm,
-    "UnshelveAlarm": unshelve_alarm,
+    m.CreateOrder: create_order, m.StartOrder: start_order, m.PauseOrder: pause_order,
+    m.ResumeOrder: resume_order, m.CancelOrder: cancel_order, m.SuspendJob: suspend_job,
+    m.ResumeJob: resume_job, m.ReworkJob: rework_job,
+    m.ResolveManualAction: resolve_manual_action, m.ConfirmRecovery: confirm_recovery,
+    m.AcknowledgeAlarm: acknowledge_alarm, m.ShelveAlarm: shelve_alarm,
+    m.UnshelveAlarm: unshelve_alarm,
 }

@@ -296,4 +296,4 @@ def _equipment_idle(db, equipment_id):
         db.set_equipment_status(equipment_id, "IDLE")
 
 
-HANDLERS = {"RecoveryCheck": recovery_check}
+HANDLERS = {m.RecoveryCheck: recovery_check}

@@ -24,13 +24,13 @@ def _conclude(message, ctx, **outcome):
     return task
 
 
-def succeeded(result, ctx):
+def succeeded(result: m.ActionSucceeded, ctx):
     task = _conclude(result, ctx, result=result.data or {})
     if task is not None:
         ctx.requests.extend(apply_task_success(ctx.db, task, result.data or {}))
 
 
-def failed(result, ctx):
+def failed(result: m.ActionFailed, ctx):
     task = _conclude(result, ctx, error=(result.error_code, result.error_message))
     if task is not None:
         ctx.requests.extend(apply_task_failure(ctx.db, task, result.error_code,
@@ -38,6 +38,6 @@ def failed(result, ctx):
 
 
 HANDLERS = {
-    cls.__name__: (succeeded if cls.__name__.endswith("Succeeded") else failed)
-    for cls in m.WORKER_RESULTS
+    m.RobotActionSucceeded: succeeded, m.ToolActionSucceeded: succeeded, m.MachineStartSucceeded: succeeded,
+    m.RobotActionFailed: failed, m.ToolActionFailed: failed, m.MachineStartFailed: failed,
 }

@@ -162,7 +162,7 @@ def machine_fault(evt: m.MachineFault, ctx):
 
 
 HANDLERS = {
-    "HardwareStopping": hardware_stopping, "MachineFault": machine_fault,
-    "MachineDone": machine_done, "InspectionResult": inspection_result,
-    "PalletArrived": pallet_arrived, "RefillRequested": refill_requested,
+    m.HardwareStopping: hardware_stopping, m.MachineFault: machine_fault,
+    m.MachineDone: machine_done, m.InspectionResult: inspection_result,
+    m.PalletArrived: pallet_arrived, m.RefillRequested: refill_requested,
 }

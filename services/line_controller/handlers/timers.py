@@ -27,4 +27,4 @@ def step_timeout(evt: m.StepTimeout, ctx):
     return None
 
 
-HANDLERS = {"ScheduleTick": schedule_tick, "StepTimeout": step_timeout}
+HANDLERS = {m.ScheduleTick: schedule_tick, m.StepTimeout: step_timeout}

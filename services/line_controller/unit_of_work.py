@@ -1,0 +1,130 @@
+"""The loop's unit of work: every transaction the loop writes goes through here.
+
+:meth:`UnitOfWork.begin` opens a transaction on the loop's own connection and
+yields a :class:`LoopTransaction`: its ``db`` (:class:`DBState`) for reads and
+conditional transitions, and :meth:`LoopTransaction.close` that records the
+outcome (``DBState.close_transaction``: message row, events, audit). Leaving the
+block commits what was closed; rolls back what was not closed or turned out a
+duplicate; rolls back and re-raises a :class:`Rejected`; and abandons the
+transaction on any other failure, unless its COMMIT landed on the server after
+all (the answer was lost), in which case it counts as committed. The unit of
+work also keeps the event log's counters (``last_seq``, ``last_tx``), numbering
+each transaction's events gaplessly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection, Engine
+
+from .dbstate import DBState, Rejected
+from .messages import EventLoopMessage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopTransaction:
+    db: DBState
+    first_seq: int  # the number of its first event
+    tx_id: int
+    closed: bool = False
+    frames: list[dict] | None = None  # the committed events, as published
+
+    def close(self, msg: EventLoopMessage | None, *, status: str, **outcome) -> None:
+        """Record the outcome (``msg`` None: a scheduling round, no message row)."""
+        self.frames = self.db.close_transaction(msg, status=status, first_seq=self.first_seq,
+                                                tx_id=self.tx_id, **outcome)
+        self.closed = True
+
+    @property
+    def duplicate(self) -> bool:
+        """The message id was already handled: nothing was written."""
+        return self.closed and self.frames is None
+
+
+class UnitOfWork:
+    """Owns the loop's connection: serial handling needs one, and keeping it saves
+    a pool checkout (and its ping) per message. Replaced after a failure."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.routes: dict[int, list] = {}  # work order routes, cached across transactions
+        self.last_seq = 0
+        self.last_tx = 0
+        self.failed_transactions = 0
+        # After a failed transaction the counters may be behind the database (a
+        # COMMIT can land on the server while its answer is lost): re-read first.
+        self._counters_stale = False
+        self._conn: Connection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @contextlib.contextmanager
+    def begin(self, message_id: str | None = None) -> Iterator[LoopTransaction]:
+        """One transaction; ``message_id``: the message row it records, if any
+        (how a COMMIT whose answer was lost is found in the database)."""
+        conn, tx = self._begin()
+        work = LoopTransaction(DBState(conn, routes=self.routes), self.last_seq + 1, self.last_tx + 1)
+        try:
+            yield work
+            if work.frames is None:  # nothing recorded, or a duplicate: nothing changes
+                tx.rollback()
+                return
+            tx.commit()
+        except Rejected:
+            tx.rollback()
+            raise
+        except Exception:
+            self._abandon(tx)
+            if work.frames is None or not self._landed(message_id, work.frames):
+                raise
+            log.warning("tx %s: its commit landed after all", work.tx_id)
+        if work.frames:
+            self.last_seq += len(work.frames)
+            self.last_tx += 1
+
+    def _begin(self):
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self.engine.connect()
+        try:
+            tx = self._conn.begin()
+            if self._counters_stale:
+                self.last_seq, self.last_tx = DBState(self._conn).last_seq_and_tx()
+                self._counters_stale = False
+            return self._conn, tx
+        except Exception:
+            self._conn = None
+            raise
+
+    def _abandon(self, tx) -> None:
+        self.failed_transactions += 1
+        self._counters_stale = True
+        try:
+            tx.rollback()
+        except Exception:  # the connection itself is broken: start afresh next time
+            self._conn = None
+
+    def _landed(self, message_id: str | None, frames: list[dict]) -> bool:
+        """Whether a transaction whose COMMIT raised is in the database after all
+        (the server committed, the answer was lost). Only the loop writes its
+        message rows and the event log, so either tells. Unknowable (the database
+        is away) counts as not landed: the caller answers FAILED."""
+        try:
+            with self.engine.connect() as conn:
+                db = DBState(conn)
+                if message_id is not None:
+                    row = db.message_outcome(message_id)
+                    return row is not None and row.status != "QUEUED"
+                if frames:
+                    return db.event_exists(frames[0]["seq"], frames[0]["txId"])
+        except Exception:  # noqa: BLE001 - the database is unreachable
+            log.warning("could not tell whether the failed commit landed", exc_info=True)
+        return False
