@@ -15,7 +15,7 @@ Deletes, in small batches (short transactions, no long locks):
 Deleting old rows never conflicts with their writers (the loop and the AI
 queue only insert new ones and update live ones), so it runs beside them: every
 ``LINECTL_RETENTION_INTERVAL_SECONDS`` as the ``retention`` process of
-``linectl up`` (``linectl purge --every``), or from the systemd timer
+``linectl up`` (``linectl retention``), or from the systemd timer
 ``deploy/systemd/linectl-retention.timer``, or by hand: ``linectl purge``.
 """
 
