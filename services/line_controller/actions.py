@@ -10,8 +10,8 @@ from __future__ import annotations
 from shared import events as ev
 
 from .dbstate import KEEP, ConditionFailed, DBState
+from .hardware_port import HardwareRequest
 from .scheduler import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
-from .scheduling import HardwareRequest
 
 ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
 OUT_TIMEOUT_SECONDS = 150.0

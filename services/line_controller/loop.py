@@ -39,8 +39,8 @@ from . import messages as m
 from .actions import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
-from .scheduler import build_system_state
-from .scheduling import HardwarePort, HardwareRequest, Scheduler
+from .hardware_port import HardwarePort, HardwareRequest
+from .scheduler import Scheduler, build_system_state
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ the service comes back — it expires in the broker."""
 from nameko.rpc import rpc
 
 from services.line_controller.dependencies import NamekoHardwarePort
-from services.line_controller.scheduling import HardwareRequest
+from services.line_controller.hardware_port import HardwareRequest
 from shared import events as ev
 
 
