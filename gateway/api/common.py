@@ -8,10 +8,11 @@ import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from flask import current_app, g, jsonify, request
+from flask import g, jsonify, request
 from sqlalchemy import select
 
 from gateway import schemas
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
@@ -29,13 +30,9 @@ COMMAND_ERRORS = (400, 401, 403, 404, 409, 503)
 QUERY_ERRORS = (400, 401, 403)
 
 
-def context():
-    return current_app.extensions["linectl"]
-
-
 @contextmanager
 def read_session():
-    with context().db() as session:
+    with gateway_context().db() as session:
         yield session
 
 
@@ -169,7 +166,7 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     → 202 ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and
     message; FAILED (the loop's database failed) → 503. The line_controller
     unreachable → 503 (raised by the RPC pool)."""
-    ctx = context()
+    ctx = gateway_context()
     # A replay of an id made here is this request's own first attempt (retried
     # below), not an earlier request: it still answers ``ok_status``.
     caller_named_id = command_id is not None

@@ -9,7 +9,6 @@ from gateway.api.common import (
     COMMAND_ERRORS,
     QUERY_ERRORS,
     check_id,
-    context,
     document_errors,
     get_or_404,
     idempotent_command_id,
@@ -18,6 +17,7 @@ from gateway.api.common import (
     run_command,
 )
 from gateway.auth import require
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import WORK_ORDER_STATUSES, WorkOrder
@@ -40,7 +40,7 @@ def create_order(body):
     body answers 200 with the same order; the key with another body is 409
     ``IDEMPOTENCY_KEY_REUSED``."""
     command_id = idempotent_command_id()
-    layout = context().line_layout()
+    layout = gateway_context().line_layout()
     if body["productId"] not in {p.id for p in layout.products}:
         raise ApiError(400, "VALIDATION_ERROR", f"productId: unknown product {body['productId']!r}")
     return run_command("CreateOrder", body, ok_status=201, command_id=command_id)

@@ -9,13 +9,13 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     QUERY_ERRORS,
-    context,
     document_errors,
     read_session,
     reply,
     window_of,
 )
 from gateway.auth import require
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from shared import production_stats as ps
 
@@ -30,8 +30,8 @@ blp = Blueprint("stats", __name__, description="production figures: OEE, timelin
 def get_stats(args):
     window = window_of(args)
     with read_session() as session:
-        figures = ps.production_figures(session.connection(), context().line_layout(), window,
-                                        ideal_scale=ps.ideal_scale(context().settings))
+        figures = ps.production_figures(session.connection(), gateway_context().line_layout(), window,
+                                        ideal_scale=ps.ideal_scale(gateway_context().settings))
     return reply(figures)
 
 
@@ -43,7 +43,7 @@ def get_stats(args):
 def get_timeline(args):
     window = window_of(args)
     equipment_id = args.get("equipmentId")
-    if equipment_id is not None and equipment_id not in {e.id for e in context().line_layout().equipment}:
+    if equipment_id is not None and equipment_id not in {e.id for e in gateway_context().line_layout().equipment}:
         raise ApiError(404, "NOT_FOUND", f"equipment {equipment_id[:64]!r} not found")
     with read_session() as session:
         return reply(ps.timeline(session.connection(), window, equipment_id, args["limit"]))
