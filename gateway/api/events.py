@@ -8,7 +8,7 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import QUERY_ERRORS, document_errors, read_session, reply
 from gateway.auth import require
-from gateway.stream_hub import gap_before
+from gateway.stream_client import gap_before
 from shared import serialize
 from shared.db.models import EventLog
 
