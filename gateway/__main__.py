@@ -35,6 +35,7 @@ import nameko.standalone.rpc  # noqa: E402,F401
 from gunicorn.app.base import BaseApplication  # noqa: E402
 
 from gateway.app import create_app  # noqa: E402
+from gateway.context import gateway_context  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
 
 
@@ -54,13 +55,13 @@ class GatewayServer(BaseApplication):
 
     def load(self):
         app = create_app(self.settings)
-        app.extensions["linectl"].start_background()
+        gateway_context(app).start_background()
         self.apps.append(app)
         return app
 
     def _worker_exit(self, _server, _worker):
         for app in self.apps:
-            app.extensions["linectl"].close()
+            gateway_context(app).close()
 
 
 # HTTP connections per worker that are not (yet) websockets: gunicorn stops

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import hmac
 
-from flask import current_app, g, request
+from flask import g, request
 
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from shared.events import ACTOR_NOTE_SEPARATOR
 
@@ -31,7 +32,7 @@ def holder_for(token: str | None):
     if not token:
         return None
     found = None
-    for known, holder in current_app.extensions["linectl"].settings.tokens.items():
+    for known, holder in gateway_context().settings.tokens.items():
         # No early exit: the time taken does not depend on which token matched.
         if hmac.compare_digest(known.encode(), token.encode()):
             found = holder

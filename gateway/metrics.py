@@ -65,13 +65,9 @@ class LineCollector:
         yield up
         lc = snap.line_controller or {}
         if lc.get("handling"):
-            yield _histogram("linectl_loop_message_seconds", "time to handle one loop message",
-                             "type", lc["handling"])
-            failed = CounterMetricFamily("linectl_loop_messages_failed", "loop messages that failed",
-                                         labels=["type"])
-            for key, s in sorted(lc["handling"]["series"].items()):
-                failed.add_metric([key], s["failures"])
-            yield failed
+            yield from _timed_with_failures(
+                ("linectl_loop_message_seconds", "time to handle one loop message"),
+                ("linectl_loop_messages_failed", "loop messages that failed"), "type", lc["handling"])
         if "handledTotal" in lc:
             yield CounterMetricFamily("linectl_loop_messages_handled", "loop messages handled",
                                       value=lc["handledTotal"])
@@ -82,18 +78,23 @@ class LineCollector:
             yield GaugeMetricFamily("linectl_plc_connected", "1 when the hardware service reaches the PLC",
                                     value=1 if hw.get("plcConnected") else 0)
         if hw.get("actions"):
-            yield _histogram("linectl_hardware_action_seconds", "hardware action duration",
-                             "action", hw["actions"])
-            failed = CounterMetricFamily("linectl_hardware_action_failures", "hardware actions failed",
-                                         labels=["action"])
-            for key, s in sorted(hw["actions"]["series"].items()):
-                failed.add_metric([key], s["failures"])
-            yield failed
+            yield from _timed_with_failures(
+                ("linectl_hardware_action_seconds", "hardware action duration"),
+                ("linectl_hardware_action_failures", "hardware actions failed"), "action", hw["actions"])
         if snap.ai_jobs is not None:
             depth = GaugeMetricFamily("linectl_ai_jobs", "AI runtime jobs by state", labels=["state"])
             for state, n in sorted(snap.ai_jobs.items()):
                 depth.add_metric([state], n)
             yield depth
+
+
+def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], label: str, stats: dict):
+    """A duration histogram per ``label`` value and its failure counter (``shared.stats.Durations``)."""
+    yield _histogram(*histogram, label, stats)
+    failed = CounterMetricFamily(*failures, labels=[label])
+    for key, s in sorted(stats["series"].items()):
+        failed.add_metric([key], s["failures"])
+    yield failed
 
 
 def create() -> GatewayMetrics:

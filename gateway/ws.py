@@ -33,6 +33,7 @@ from flask_sock import Sock
 from sqlalchemy import func, select
 
 from gateway.auth import authenticate
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.schemas import MAX_ID
 from shared import serialize
@@ -40,12 +41,6 @@ from shared.db.models import EventLog
 
 bp = Blueprint("ws", __name__)
 sock = Sock()
-
-
-def _context():
-    from flask import current_app
-
-    return current_app.extensions["linectl"]
 
 
 @bp.before_request
@@ -56,7 +51,7 @@ def _check_request():
     raw = request.args.get("after")
     if raw is not None and (not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ID):
         raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
-    ctx = _context()
+    ctx = gateway_context()
     ctx.event_relay()  # 503 while the live feed is not connected
     hub = ctx.stream_hub()
     if not hub.reserve():

@@ -7,16 +7,14 @@ from __future__ import annotations
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
-    COMMAND_ERRORS,
-    QUERY_ERRORS,
     check_id,
-    document_errors,
+    command_view,
     page,
     parse_instant,
-    parse_statuses,
+    query_view,
     run_command,
+    status_filter,
 )
-from gateway.auth import require
 from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import ALARM_SEVERITIES, ALARM_STATUSES, Alarm
@@ -24,19 +22,12 @@ from shared.db.models import ALARM_SEVERITIES, ALARM_STATUSES, Alarm
 blp = Blueprint("alarms", __name__, description="alarms")
 
 
-@blp.route("/api/alarms", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.AlarmListArgsSchema, location="query")
-@blp.response(200, schemas.page_of(schemas.AlarmSchema))
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/api/alarms", schemas.AlarmListArgsSchema, schemas.page_of(schemas.AlarmSchema))
 def list_alarms(args):
     """``?status=RAISED,ACKNOWLEDGED`` is the active list; with ``code``,
     ``equipmentId``, ``severity`` and ``from``/``to`` (raised within) the history."""
-    statuses = parse_statuses(args.get("status"), ALARM_STATUSES)
-    filters = [Alarm.status.in_(statuses)] if statuses else []
-    severities = parse_statuses(args.get("severity"), ALARM_SEVERITIES, "severity")
-    if severities:
-        filters.append(Alarm.severity.in_(severities))
+    filters = [*status_filter(Alarm.status, args.get("status"), ALARM_STATUSES),
+               *status_filter(Alarm.severity, args.get("severity"), ALARM_SEVERITIES, "severity")]
     if "code" in args:
         filters.append(Alarm.code == args["code"])
     if "equipmentId" in args:
@@ -51,31 +42,18 @@ def list_alarms(args):
     return page(Alarm, Alarm.id, args, serialize.alarm, *filters)
 
 
-@blp.route("/api/alarms/<int:alarm_id>/acknowledge", methods=["POST"])
-@require("operator")
-@blp.arguments(schemas.NoteSchema, required=False)
-@blp.response(200, schemas.AlarmSchema)
-@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-@document_errors(blp, *COMMAND_ERRORS)
+@command_view(blp, "/api/alarms/<int:alarm_id>/acknowledge", schemas.NoteSchema, schemas.AlarmSchema,
+              required=False)
 def acknowledge_alarm(body, alarm_id):
     return run_command("AcknowledgeAlarm", {"alarmId": check_id(alarm_id, "alarm"), **(body or {})})
 
 
-@blp.route("/api/alarms/<int:alarm_id>/shelve", methods=["POST"])
-@require("operator")
-@blp.arguments(schemas.ShelveSchema)
-@blp.response(200, schemas.AlarmSchema)
-@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-@document_errors(blp, *COMMAND_ERRORS)
+@command_view(blp, "/api/alarms/<int:alarm_id>/shelve", schemas.ShelveSchema, schemas.AlarmSchema)
 def shelve_alarm(body, alarm_id):
     return run_command("ShelveAlarm", {"alarmId": check_id(alarm_id, "alarm"), **body})
 
 
-@blp.route("/api/alarms/<int:alarm_id>/unshelve", methods=["POST"])
-@require("operator")
-@blp.arguments(schemas.NoteSchema, required=False)
-@blp.response(200, schemas.AlarmSchema)
-@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-@document_errors(blp, *COMMAND_ERRORS)
+@command_view(blp, "/api/alarms/<int:alarm_id>/unshelve", schemas.NoteSchema, schemas.AlarmSchema,
+              required=False)
 def unshelve_alarm(body, alarm_id):
     return run_command("UnshelveAlarm", {"alarmId": check_id(alarm_id, "alarm"), **(body or {})})

@@ -8,10 +8,12 @@ import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from flask import current_app, g, jsonify, request
+from flask import g, jsonify, request
 from sqlalchemy import select
 
 from gateway import schemas
+from gateway.auth import require
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.rpc import TransportLost
 from shared.events import LINE_CONTROLLER
@@ -29,13 +31,9 @@ COMMAND_ERRORS = (400, 401, 403, 404, 409, 503)
 QUERY_ERRORS = (400, 401, 403)
 
 
-def context():
-    return current_app.extensions["linectl"]
-
-
 @contextmanager
 def read_session():
-    with context().db() as session:
+    with gateway_context().db() as session:
         yield session
 
 
@@ -46,6 +44,36 @@ def document_errors(blp, *statuses):
         for status in statuses:
             view = blp.alt_response(status, schema=schemas.ErrorSchema, description="error")(view)
         return view
+
+    return wrap
+
+
+def query_view(blp, rule: str, args_schema, response_schema, *errors: int):
+    """Decorator: an operator's ``GET rule`` with query ``args_schema``, answering
+    ``response_schema`` and documenting ``errors`` (default ``QUERY_ERRORS``)."""
+
+    def wrap(view):
+        view = document_errors(blp, *(errors or QUERY_ERRORS))(view)
+        view = blp.response(200, response_schema)(view)
+        if args_schema is not None:
+            view = blp.arguments(args_schema, location="query")(view)
+        return blp.route(rule, methods=["GET"])(require("operator")(view))
+
+    return wrap
+
+
+def command_view(blp, rule: str, body_schema, response_schema, *, required: bool = True):
+    """Decorator: an operator's ``POST rule`` with a ``body_schema`` body that sends a
+    command to the loop: ``response_schema`` on 200, 202 when the loop did not answer
+    in time, and ``COMMAND_ERRORS``."""
+
+    def wrap(view):
+        view = document_errors(blp, *COMMAND_ERRORS)(view)
+        view = blp.alt_response(202, schema=schemas.AcceptedSchema,
+                                description="the loop did not answer in time")(view)
+        view = blp.response(200, response_schema)(view)
+        view = blp.arguments(body_schema, required=required)(view)
+        return blp.route(rule, methods=["POST"])(require("operator")(view))
 
     return wrap
 
@@ -89,6 +117,12 @@ def parse_statuses(raw: str | None, allowed: tuple[str, ...], name: str = "statu
         raise ApiError(400, "VALIDATION_ERROR",
                        f"{name}: must be one or more of {', '.join(allowed)} (comma-separated)")
     return values
+
+
+def status_filter(column, raw: str | None, allowed: tuple[str, ...], name: str = "status") -> list:
+    """``column IN (?status=…)`` as a one-item filter list, or none without the parameter."""
+    values = parse_statuses(raw, allowed, name)
+    return [column.in_(values)] if values else []
 
 
 def parse_instant(name: str, raw: str | None) -> datetime | None:
@@ -169,7 +203,7 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     → 202 ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and
     message; FAILED (the loop's database failed) → 503. The line_controller
     unreachable → 503 (raised by the RPC pool)."""
-    ctx = context()
+    ctx = gateway_context()
     # A replay of an id made here is this request's own first attempt (retried
     # below), not an earlier request: it still answers ``ok_status``.
     caller_named_id = command_id is not None

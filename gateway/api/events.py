@@ -6,20 +6,15 @@ from sqlalchemy import select
 
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
-from gateway.api.common import QUERY_ERRORS, document_errors, read_session, reply
-from gateway.auth import require
-from gateway.stream_hub import gap_before
+from gateway.api.common import query_view, read_session, reply
+from gateway.stream_client import gap_before
 from shared import serialize
 from shared.db.models import EventLog
 
 blp = Blueprint("events", __name__, description="the event log")
 
 
-@blp.route("/api/events", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.EventListArgsSchema, location="query")
-@blp.response(200, schemas.EventPageSchema)
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/api/events", schemas.EventListArgsSchema, schemas.EventPageSchema)
 def list_events(args):
     """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page.
     When retention purged some of them, ``gap`` names the missing seqs ``{from, to}``."""

@@ -14,7 +14,7 @@ import logging
 from sqlalchemy import text
 
 from gateway.api.blueprint import Blueprint
-from gateway.api.common import context
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.metrics import LineSnapshot
 from shared.events import HARDWARE, LINE_CONTROLLER
@@ -32,7 +32,7 @@ def healthz():
 
 def _check_database() -> str | None:
     try:
-        with context().db() as session:
+        with gateway_context().db() as session:
             session.execute(text("SELECT 1"))
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
         log.info("database check failed: %r", exc)
@@ -42,7 +42,7 @@ def _check_database() -> str | None:
 
 def service_status(service: str) -> tuple[dict | None, str | None]:
     """A service's ``status()`` (cached, shared), or why it could not be had."""
-    return context().service_watch().status(service)
+    return gateway_context().service_watch().status(service)
 
 
 def line_controller_status() -> tuple[dict | None, str | None]:
@@ -51,7 +51,7 @@ def line_controller_status() -> tuple[dict | None, str | None]:
 
 def ai_job_counts() -> dict[str, int] | None:
     try:
-        return context().ai.counts()
+        return gateway_context().ai.counts()
     except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
         return None
 

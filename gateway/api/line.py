@@ -7,8 +7,9 @@ from sqlalchemy import select
 
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
-from gateway.api.common import context, document_errors, get_or_404, read_session, reply
+from gateway.api.common import document_errors, get_or_404, read_session, reply
 from gateway.auth import require
+from gateway.context import gateway_context
 from shared import serialize
 from shared.db.models import JOB_TERMINAL, Equipment, EquipmentSlot, Job, LoopMessage
 
@@ -20,7 +21,7 @@ blp = Blueprint("line", __name__, description="the line: layout, equipment, buff
 @blp.response(200, schemas.LineSchema)
 @document_errors(blp, 401, 403)
 def get_line():
-    return context().line_layout().to_json()
+    return gateway_context().line_layout().to_json()
 
 
 @blp.route("/api/products", methods=["GET"])
@@ -28,7 +29,7 @@ def get_line():
 @blp.response(200, schemas.ProductListSchema)
 @document_errors(blp, 401, 403)
 def list_products():
-    return {"items": context().line_layout().products_json()}
+    return {"items": gateway_context().line_layout().products_json()}
 
 
 @blp.route("/api/equipment", methods=["GET"])
@@ -50,7 +51,7 @@ def list_equipment():
 @document_errors(blp, 401, 403)
 def get_buffer():
     """The buffer slots: a live job with ``temp_slot_no`` holds that slot."""
-    size = context().line_layout().buffer_slots
+    size = gateway_context().line_layout().buffer_slots
     stmt = select(Job.temp_slot_no, Job.id).where(
         Job.temp_slot_no.is_not(None), Job.status.not_in(JOB_TERMINAL)
     ).order_by(Job.id)

@@ -5,48 +5,34 @@ from __future__ import annotations
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
-    COMMAND_ERRORS,
-    QUERY_ERRORS,
     check_id,
-    document_errors,
+    command_view,
     page,
-    parse_statuses,
+    query_view,
     run_command,
+    status_filter,
 )
-from gateway.auth import require
 from shared import serialize
 from shared.db.models import MANUAL_ACTION_STATUSES, ManualAction
 
 blp = Blueprint("manual", __name__, description="manual actions and recovery")
 
 
-@blp.route("/api/manual-actions", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.StatusListArgsSchema, location="query")
-@blp.response(200, schemas.page_of(schemas.ManualActionSchema))
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/api/manual-actions", schemas.StatusListArgsSchema,
+            schemas.page_of(schemas.ManualActionSchema))
 def list_manual_actions(args):
-    statuses = parse_statuses(args.get("status"), MANUAL_ACTION_STATUSES)
-    filters = [ManualAction.status.in_(statuses)] if statuses else []
+    filters = status_filter(ManualAction.status, args.get("status"), MANUAL_ACTION_STATUSES)
     return page(ManualAction, ManualAction.id, args, serialize.manual_action, *filters)
 
 
-@blp.route("/api/manual-actions/<int:action_id>/resolve", methods=["POST"])
-@require("operator")
-@blp.arguments(schemas.ResolveSchema)
-@blp.response(200, schemas.ManualActionSchema)
-@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-@document_errors(blp, *COMMAND_ERRORS)
+@command_view(blp, "/api/manual-actions/<int:action_id>/resolve", schemas.ResolveSchema,
+              schemas.ManualActionSchema)
 def resolve_manual_action(body, action_id):
     payload = {"manualActionId": check_id(action_id, "manual action"), **body}
     return run_command("ResolveManualAction", payload)
 
 
-@blp.route("/api/recovery/confirm", methods=["POST"])
-@require("operator")
-@blp.arguments(schemas.RecoveryConfirmSchema, required=False)
-@blp.response(200, schemas.ConfirmedSchema)
-@blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-@document_errors(blp, *COMMAND_ERRORS)
+@command_view(blp, "/api/recovery/confirm", schemas.RecoveryConfirmSchema, schemas.ConfirmedSchema,
+              required=False)
 def confirm_recovery(body):
     return run_command("ConfirmRecovery", dict(body or {}))

@@ -7,17 +7,18 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     COMMAND_ERRORS,
-    QUERY_ERRORS,
     check_id,
-    context,
+    command_view,
     document_errors,
     get_or_404,
     idempotent_command_id,
     page,
-    parse_statuses,
+    query_view,
     run_command,
+    status_filter,
 )
 from gateway.auth import require
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import WORK_ORDER_STATUSES, WorkOrder
@@ -40,46 +41,32 @@ def create_order(body):
     body answers 200 with the same order; the key with another body is 409
     ``IDEMPOTENCY_KEY_REUSED``."""
     command_id = idempotent_command_id()
-    layout = context().line_layout()
+    layout = gateway_context().line_layout()
     if body["productId"] not in {p.id for p in layout.products}:
         raise ApiError(400, "VALIDATION_ERROR", f"productId: unknown product {body['productId']!r}")
     return run_command("CreateOrder", body, ok_status=201, command_id=command_id)
 
 
-@blp.route("/api/work-orders", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.OrderListArgsSchema, location="query")
-@blp.response(200, schemas.page_of(schemas.WorkOrderSchema))
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/api/work-orders", schemas.OrderListArgsSchema, schemas.page_of(schemas.WorkOrderSchema))
 def list_orders(args):
-    filters = []
-    statuses = parse_statuses(args.get("status"), WORK_ORDER_STATUSES)
-    if statuses:
-        filters.append(WorkOrder.status.in_(statuses))
+    filters = status_filter(WorkOrder.status, args.get("status"), WORK_ORDER_STATUSES)
     return page(WorkOrder, WorkOrder.id, args, serialize.work_order, *filters)
 
 
-@blp.route("/api/work-orders/<int:order_id>", methods=["GET"])
-@require("operator")
-@blp.response(200, schemas.WorkOrderSchema)
-@document_errors(blp, 401, 403, 404)
+@query_view(blp, "/api/work-orders/<int:order_id>", None, schemas.WorkOrderSchema, 401, 403, 404)
 def get_order(order_id):
     return get_or_404(WorkOrder, order_id, "work order", serialize.work_order)
 
 
 def _order_command(action: str):
-    @require("operator")
-    @blp.arguments(schemas.NoteSchema, required=False)
-    @blp.response(200, schemas.WorkOrderSchema)
-    @blp.alt_response(202, schema=schemas.AcceptedSchema, description="the loop did not answer in time")
-    @document_errors(blp, *COMMAND_ERRORS)
     def view(body, order_id):
         payload = {"workOrderId": check_id(order_id, "work order"), **(body or {})}
         return run_command(ORDER_COMMANDS[action], payload)
 
     view.__name__ = f"{action}_order"
     view.__doc__ = f"{ORDER_COMMANDS[action]}: {action} a work order."
-    blp.route(f"/api/work-orders/<int:order_id>/{action}", methods=["POST"])(view)
+    command_view(blp, f"/api/work-orders/<int:order_id>/{action}", schemas.NoteSchema, schemas.WorkOrderSchema,
+                 required=False)(view)
 
 
 for _action in ORDER_COMMANDS:

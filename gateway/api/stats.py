@@ -9,52 +9,42 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import (
     QUERY_ERRORS,
-    context,
-    document_errors,
+    query_view,
     read_session,
     reply,
     window_of,
 )
-from gateway.auth import require
+from gateway.context import gateway_context
 from gateway.errors import ApiError
 from shared import production_stats as ps
 
 blp = Blueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
 
 
-@blp.route("/api/stats", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.WindowArgsSchema, location="query")
-@blp.response(200, schemas.StatsSchema)
-@document_errors(blp, *QUERY_ERRORS)
-def get_stats(args):
+def _over_window(args: dict, read) -> object:
+    """``read(connection, window)`` over the request's window, as the reply."""
     window = window_of(args)
     with read_session() as session:
-        figures = ps.production_figures(session.connection(), context().line_layout(), window,
-                                        ideal_scale=ps.ideal_scale(context().settings))
-    return reply(figures)
+        return reply(read(session.connection(), window))
 
 
-@blp.route("/api/stats/timeline", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.TimelineArgsSchema, location="query")
-@blp.response(200, schemas.TimelineSchema)
-@document_errors(blp, *QUERY_ERRORS, 404)
+@query_view(blp, "/api/stats", schemas.WindowArgsSchema, schemas.StatsSchema)
+def get_stats(args):
+    ctx = gateway_context()
+    return _over_window(args, lambda conn, window: ps.production_figures(
+        conn, ctx.line_layout(), window, ideal_scale=ps.ideal_scale(ctx.settings)))
+
+
+@query_view(blp, "/api/stats/timeline", schemas.TimelineArgsSchema, schemas.TimelineSchema, *QUERY_ERRORS, 404)
 def get_timeline(args):
     window = window_of(args)
     equipment_id = args.get("equipmentId")
-    if equipment_id is not None and equipment_id not in {e.id for e in context().line_layout().equipment}:
+    if equipment_id is not None and equipment_id not in {e.id for e in gateway_context().line_layout().equipment}:
         raise ApiError(404, "NOT_FOUND", f"equipment {equipment_id[:64]!r} not found")
     with read_session() as session:
         return reply(ps.timeline(session.connection(), window, equipment_id, args["limit"]))
 
 
-@blp.route("/api/stats/alarms", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.WindowArgsSchema, location="query")
-@blp.response(200, schemas.AlarmCountsSchema)
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/api/stats/alarms", schemas.WindowArgsSchema, schemas.AlarmCountsSchema)
 def get_alarm_counts(args):
-    window = window_of(args)
-    with read_session() as session:
-        return reply(ps.alarm_counts(session.connection(), window))
+    return _over_window(args, ps.alarm_counts)

@@ -26,7 +26,12 @@ from nameko.extensions import DependencyProvider
 from nameko.standalone.events import event_dispatcher
 
 from services.hardware import plc as P
-from services.hardware.actions import ActionRequest, ActionResult, CommandBuilder, MachineStart
+from services.hardware.action_requests import (
+    ActionRequest,
+    ActionResult,
+    CommandBuilder,
+    MachineStart,
+)
 from services.hardware.plc import PlcLink, PlcUnavailable, parse_address
 from services.hardware.robot import ActionRunner, RobotQueue
 from services.hardware.watcher import SignalWatcher, read_state

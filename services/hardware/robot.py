@@ -17,7 +17,12 @@ from eventlet.queue import Queue
 from eventlet.semaphore import Semaphore
 
 from services.hardware import plc as P
-from services.hardware.actions import ActionRequest, ActionResult, MachineStart, RobotCommand
+from services.hardware.action_requests import (
+    ActionRequest,
+    ActionResult,
+    MachineStart,
+    RobotCommand,
+)
 from services.hardware.plc import PlcLink, PlcUnavailable
 from shared.events import NOT_EXECUTED
 from shared.layout import Layout

@@ -12,7 +12,7 @@ from nameko.events import EventDispatcher
 from nameko.rpc import rpc
 from nameko.timer import timer
 
-from services.hardware import actions
+from services.hardware import action_requests as actions
 from services.hardware.dependencies import Hardware
 from shared import events as ev
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from shared import events as ev
 
 from .dbstate import ConditionFailed, DBState
+from .hardware_port import HardwareRequest
 from .scheduler import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
-from .scheduling import HardwareRequest
 
 ROBOT_FAILED = ev.ROBOT_ACTION_FAILED
 TOOL_FAILED = ev.TOOL_ACTION_FAILED

@@ -21,10 +21,10 @@ from shared.db.engine import make_engine
 from shared.layout import load_layout
 from shared.rpc import RpcClientPool
 
+from .hardware_port import HardwareRequest
 from .loop import EventLoop, Outcome, Pending
 from .messages import EventLoopMessage, new_message
 from .scheduler import default_scheduler
-from .scheduling import HardwareRequest
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from shared import events as ev
 from shared.db.models import JOB_HELD
 
 from .dbstate import KEEP, DBState
-from .scheduling import HardwareRequest
+from .hardware_port import HardwareRequest
 
 OUT_TIMEOUT_SECONDS = 150.0
 

@@ -40,8 +40,8 @@ from . import messages as m
 from .action_executor import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
-from .scheduler import build_system_state
-from .scheduling import HardwarePort, HardwareRequest, Scheduler
+from .hardware_port import HardwarePort, HardwareRequest
+from .scheduler import Scheduler, build_system_state
 from .unit_of_work import LoopTransaction, UnitOfWork
 
 log = logging.getLogger(__name__)

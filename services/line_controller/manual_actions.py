@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from shared.db.models import JOB_TERMINAL
 
 from .dbstate import DBState
+from .hardware_port import HardwareRequest
 from .job_lifecycle import (
     advance_after_step,
     free_equipment_slot,
@@ -24,7 +25,6 @@ from .job_lifecycle import (
     restore_job,
     scrap_job,
 )
-from .scheduling import HardwareRequest
 
 ACTION_FAILED = "ACTION_FAILED"
 EQUIPMENT_FAULT = "EQUIPMENT_FAULT"

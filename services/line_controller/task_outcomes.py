@@ -10,8 +10,8 @@ from shared.db.models import JOB_HELD
 
 from . import manual_actions as ma
 from .dbstate import DBState
+from .hardware_port import HardwareRequest
 from .job_lifecycle import advance_after_step, restore_job, take_out_again
-from .scheduling import HardwareRequest
 
 # A take-out answered NOT_EXECUTED is sent again; after this many, an operator takes it.
 MAX_TAKE_OUT_REISSUES = 3

@@ -1,28 +1,24 @@
-"""Run Alembic programmatically (``linectl migrate``, tests, ``linectl up``)."""
+"""Run Alembic programmatically. The caller names the migrations directory
+(``script_location``): shared/ sits below migrations/ and does not import it
+(``services.stack.migrate`` binds this project's)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
-import migrations
 
-SCRIPT_LOCATION = str(Path(migrations.__file__).resolve().parent)
-
-
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str, script_location: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.set_main_option("script_location", script_location)
     # '%' must be doubled for ConfigParser interpolation.
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
+def upgrade(database_url: str, script_location: str, revision: str = "head") -> None:
     """Alembic upgrade, then the writer roles' grants on every table (``shared.db.roles``)."""
-    command.upgrade(alembic_config(database_url), revision)
+    command.upgrade(alembic_config(database_url, script_location), revision)
     apply_roles(database_url)
 
 
@@ -38,11 +34,11 @@ def apply_roles(database_url: str) -> bool:
         engine.dispose()
 
 
-def downgrade(database_url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(database_url), revision)
+def downgrade(database_url: str, script_location: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url, script_location), revision)
 
 
-def current_heads() -> tuple[str, ...]:
+def current_heads(script_location: str) -> tuple[str, ...]:
     from alembic.script import ScriptDirectory
 
-    return tuple(ScriptDirectory(SCRIPT_LOCATION).get_heads())
+    return tuple(ScriptDirectory(script_location).get_heads())

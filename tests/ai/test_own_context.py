@@ -218,7 +218,7 @@ def test_offline_demo_runtime_finishes_default_jobs(gateway, start_ai, http_gate
     jobs = [api.create(targetId=f"demo{i}") for i in range(5)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINECTL_")}
     env.update({"LINECTL_TOKENS": TOKENS, "LINECTL_RUNTIME_URL": http_gateway, "LINECTL_DATA_DIR": str(tmp_path)})
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "runtime", "--poll-interval", "0.1"],
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack.cli", "runtime", "--poll-interval", "0.1"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         for job in jobs:

@@ -150,7 +150,7 @@ def test_sigterm_drains_the_running_job(gateway, start_ai, http_gateway, fake, t
     env = {**os.environ, "LINECTL_TOKENS": TOKENS, "LINECTL_RUNTIME_URL": http_gateway,
            "LINECTL_RUNTIME_PROVIDER": "deepseek", "LINECTL_DEEPSEEK_BASE_URL": fake.url,
            "LINECTL_DEEPSEEK_API_KEY": "k-123456789", "LINECTL_DATA_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "runtime", "--poll-interval", "0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack.cli", "runtime", "--poll-interval", "0.1",
                              "--id", "proc-1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: fake.requests, timeout=30, message="the runtime to call the provider")

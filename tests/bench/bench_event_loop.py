@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from services.line_controller.dbstate import DBState  # noqa: E402
 from services.line_controller.loop import EventLoop  # noqa: E402
 from services.line_controller.messages import new_message  # noqa: E402
+from services.stack.migrate import upgrade  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
-from shared.db.migrate import upgrade  # noqa: E402
 from shared.layout import parse_layout  # noqa: E402
 
 

@@ -49,10 +49,10 @@ from services.hardware.sim.server import LineSimulator  # noqa: E402
 from services.line_controller.dbstate import DBState  # noqa: E402
 from services.line_controller.loop import EventLoop  # noqa: E402
 from services.line_controller.service import LineControllerService  # noqa: E402
+from services.stack.migrate import upgrade  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
-from shared.db.migrate import upgrade  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
 from tests.bench.bench_event_loop import bench_layout, run_loop, stage, stream  # noqa: E402
 from tests.bench.bench_transport import rabbit_answers  # noqa: E402

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pymodbus.client import ModbusTcpClient  # noqa: E402
 
-from services.hardware.actions import ActionRequest, CommandBuilder  # noqa: E402
+from services.hardware.action_requests import ActionRequest, CommandBuilder  # noqa: E402
 from services.hardware.plc import PlcLink  # noqa: E402
 from services.hardware.robot import ActionRunner  # noqa: E402
 from services.hardware.sim.control import SimControl  # noqa: E402

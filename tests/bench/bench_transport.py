@@ -43,8 +43,8 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue  # noqa: E402
 from nameko.standalone.rpc import ServiceRpcProxy  # noqa: E402
 
 import shared  # noqa: E402,F401  (registers pgsql://)
+from services.stack.migrate import upgrade  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
-from shared.db.migrate import upgrade  # noqa: E402
 
 RABBIT = "amqp://guest:guest@127.0.0.1:5672/"
 

@@ -15,7 +15,7 @@ from tests.support.waiting import wait_for
 def test_linectl_sim_runs_as_its_own_process(layout):
     port = free_port()
     env = {**os.environ, "LINECTL_SIM_SPEED": "100", "LINECTL_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "sim", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack.cli", "sim", "--port", str(port),
                              "--seed", "3", "--pallet-size", "6"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     link = PlcLink("127.0.0.1", port, layout.plc.unit_id)
@@ -36,7 +36,7 @@ def test_linectl_sim_runs_as_its_own_process(layout):
 
 
 def test_linectl_sim_rejects_a_bad_flag():
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "sim", "--scrap-rate", "2"],
+    proc = subprocess.run([sys.executable, "-m", "services.stack.cli", "sim", "--scrap-rate", "2"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--scrap-rate" in proc.stderr

@@ -4,8 +4,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
+from services.stack.migrate import current_heads, downgrade, upgrade
 from shared.db.engine import make_engine
-from shared.db.migrate import current_heads, downgrade, upgrade
 from shared.db.models import Base
 
 

@@ -73,7 +73,7 @@ def test_the_retention_process_purges_at_once_and_stops_cleanly_on_sigterm(engin
             SELECT g, g, 'Old', now() - interval '40 days', '{}' FROM generate_series(1, 3) g"""))
     env = {**os.environ, "LINECTL_DATABASE_URL": db_url, "LINECTL_RETENTION_EVENT_DAYS": "30",
            "LINECTL_RETENTION_INTERVAL_SECONDS": "3600"}
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "retention"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack.cli", "retention"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         def left():

@@ -6,7 +6,7 @@ import eventlet
 from nameko.rpc import rpc
 
 from services.line_controller.dependencies import NamekoHardwarePort
-from services.line_controller.scheduling import HardwareRequest
+from services.line_controller.hardware_port import HardwareRequest
 from shared import events as ev
 
 

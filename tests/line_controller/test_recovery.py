@@ -17,7 +17,7 @@ from .conftest import Harness
 try:  # the scripted actions of the wired scheduler
     from tests.line_controller.scripted import Load, Refill
 except ImportError:
-    from services.line_controller.scheduling import Load, Refill
+    from services.line_controller.scheduler import Load, Refill
 
 
 def loaded(harness, job_id, equipment_id, slot_no, buffer_slot):

@@ -49,7 +49,7 @@ class Stack:
         self.env.pop("LINECTL_DATABASE_URL", None)
         self.marker = f"LINECTL_DATA_DIR={data_dir}".encode()
         # ``linectl up`` of this checkout, or (``command``) of an installed linectl.
-        self.command = command or [sys.executable, "-m", "shared.cli", "up"]
+        self.command = command or [sys.executable, "-m", "services.stack.cli", "up"]
         self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []

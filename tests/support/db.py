@@ -12,8 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
 
+from services.stack.migrate import upgrade
 from shared.db.embedded import EmbeddedPostgres
-from shared.db.migrate import upgrade
 
 
 def with_database(url: str, name: str) -> str:

@@ -95,7 +95,7 @@ def test_nameko_config_comes_from_the_same_settings():
 def test_the_cli_stops_with_one_line_naming_the_bad_setting():
     env = {"LINECTL_HTTP_PORT": "abc", "PATH": "/usr/bin:/bin"}
     res = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "migrate"],
+        [sys.executable, "-m", "services.stack.cli", "migrate"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert res.returncode == 2

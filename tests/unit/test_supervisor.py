@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from shared import supervisor
-from shared.supervisor import ProcessSpec, Supervisor
+from services.stack import supervisor
+from services.stack.supervisor import ProcessSpec, Supervisor
 from tests.support.waiting import wait_for
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from shared.layout import Layout
 
 from ..dbstate import DBState
+from ..hardware_port import HardwareRequest
 from ..messages import MESSAGE_TYPES, EventLoopMessage, split_actor
-from ..scheduling import HardwareRequest
 
 
 @dataclass(slots=True)

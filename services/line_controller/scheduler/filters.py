@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .actions import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
+from .action_types import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
 from .state import SystemState
 
 
@@ -16,20 +16,19 @@ class Filter(Protocol):
     def allows(self, action: Action, state: SystemState) -> bool: ...
 
 
-def _unload_parts(action: Action) -> tuple[Unload, ...]:
-    if isinstance(action, Unload):
+def _parts(action: Action, kind: type, swap_part: str) -> tuple:
+    """``action`` itself if it is a ``kind``, a swap's ``swap_part`` half, else nothing."""
+    if isinstance(action, kind):
         return (action,)
-    if isinstance(action, Swap):
-        return (action.unload,)
-    return ()
+    return (getattr(action, swap_part),) if isinstance(action, Swap) else ()
+
+
+def _unload_parts(action: Action) -> tuple[Unload, ...]:
+    return _parts(action, Unload, "unload")
 
 
 def _load_parts(action: Action) -> tuple[Load, ...]:
-    if isinstance(action, Load):
-        return (action,)
-    if isinstance(action, Swap):
-        return (action.load,)
-    return ()
+    return _parts(action, Load, "load")
 
 
 def _equipment_ids(action: Action) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from .actions import (
+from .action_types import (
     Action,
     Load,
     Mark,

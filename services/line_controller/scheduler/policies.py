@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .actions import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
+from .action_types import Action, Load, Mark, Refill, Scan, StartMachine, Swap, Unload
 from .state import SystemState
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .actions import Action
+from .action_types import Action
 from .filters import Filter, default_filters
 from .generators import Generator, default_generators
 from .policies import Policy, default_policies

@@ -1,7 +1,7 @@
 """Run one of the project's nameko services with config from linectl's settings.
 
-    python -m shared.run_service line_controller
-    python -m shared.run_service hardware
+    python -m services.stack.run_service line_controller
+    python -m services.stack.run_service hardware
 
 (`nameko run --config deploy/nameko.yaml services.<name>.service` works too;
 this form needs no YAML because the config comes from ``shared.config``.)
@@ -35,7 +35,7 @@ SERVICES = {
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0] not in SERVICES:
-        print(f"usage: python -m shared.run_service {{{'|'.join(SERVICES)}}}", file=sys.stderr)
+        print(f"usage: python -m services.stack.run_service {{{'|'.join(SERVICES)}}}", file=sys.stderr)
         return 2
     try:
         settings = load_settings()

@@ -21,9 +21,30 @@ from shared.events import (
     SWAP,
 )
 
+__all__ = ["Action", "Load", "Mark", "Refill", "RefillAssignment", "Scan", "StartMachine", "Swap",
+           "Unload"]
+
+
+class _OnePiece:
+    """A robot action on one piece, ``job_id``."""
+
+    uses_robot = True
+
+    @property
+    def job_ids(self) -> tuple[int, ...]:
+        return (self.job_id,)
+
 
 @dataclass(frozen=True)
-class Unload:
+class _ToolOnBuffer(_OnePiece):
+    """A robot-held tool's action on the piece on ``buffer_slot``."""
+
+    job_id: int
+    buffer_slot: int
+
+
+@dataclass(frozen=True)
+class Unload(_OnePiece):
     """Take a finished piece off ``equipment_id:slot_no`` back to its own
     buffer slot (``buffer_slot`` is the job's ``temp_slot_no``)."""
 
@@ -33,15 +54,10 @@ class Unload:
     buffer_slot: int
 
     task_kind = EQUIPMENT_TO_BUFFER
-    uses_robot = True
-
-    @property
-    def job_ids(self) -> tuple[int, ...]:
-        return (self.job_id,)
 
 
 @dataclass(frozen=True)
-class Load:
+class Load(_OnePiece):
     """Put a waiting piece from its buffer slot onto ``equipment_id:slot_no``."""
 
     job_id: int
@@ -50,11 +66,6 @@ class Load:
     slot_no: int
 
     task_kind = BUFFER_TO_EQUIPMENT
-    uses_robot = True
-
-    @property
-    def job_ids(self) -> tuple[int, ...]:
-        return (self.job_id,)
 
 
 @dataclass(frozen=True)
@@ -86,33 +97,17 @@ class Swap:
 
 
 @dataclass(frozen=True)
-class Scan:
+class Scan(_ToolOnBuffer):
     """Read the barcode of the piece on ``buffer_slot`` (robot-held scanner)."""
 
-    job_id: int
-    buffer_slot: int
-
     task_kind = SCAN
-    uses_robot = True
-
-    @property
-    def job_ids(self) -> tuple[int, ...]:
-        return (self.job_id,)
 
 
 @dataclass(frozen=True)
-class Mark:
+class Mark(_ToolOnBuffer):
     """Laser-mark the piece on ``buffer_slot`` (robot-held marker)."""
 
-    job_id: int
-    buffer_slot: int
-
     task_kind = MARK
-    uses_robot = True
-
-    @property
-    def job_ids(self) -> tuple[int, ...]:
-        return (self.job_id,)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def database_url(settings: Settings, *, start_embedded: bool = True) -> tuple[st
 
 
 def cmd_migrate(settings: Settings, args) -> int:
-    from shared.db.migrate import upgrade
+    from services.stack.migrate import upgrade
 
     url, _server = database_url(settings)
     upgrade(url, args.revision)
@@ -45,10 +45,11 @@ def cmd_migrate(settings: Settings, args) -> int:
 
 def cmd_up(settings: Settings, args) -> int:
     """Embedded PostgreSQL (unless a URL is set), migrations, then every process."""
+    from services.stack.migrate import upgrade
+    from services.stack.processes import stack_processes
+    from services.stack.readiness import ReadinessWatch
+    from services.stack.supervisor import Supervisor
     from shared.config import ensure_tokens
-    from shared.db.migrate import upgrade
-    from shared.stack import ReadinessWatch, stack_processes
-    from shared.supervisor import Supervisor
 
     url, server = database_url(settings)
     upgrade(url)
@@ -85,7 +86,7 @@ def cmd_up(settings: Settings, args) -> int:
 
 
 def cmd_shell(settings: Settings, args) -> int:
-    """nameko's shell with the project's config and the helpers of shared/shell.py."""
+    """nameko's shell with the project's config and the helpers of services/stack/shell.py."""
     import os
     import tempfile
 

@@ -1,21 +1,19 @@
-"""The scheduling hook: what the loop runs after every message.
+"""The loop's port to the hardware service: what a scheduling round sends.
 
 A scheduling round is: the loop reads a :class:`~services.line_controller.scheduler.SystemState`
 snapshot inside the round's transaction (``build_system_state``), asks the
-scheduler to ``choose`` the actions to start now (the Generator/Filter/Policy
-scheduler of ``scheduler/``, one action vocabulary: ``scheduler/actions.py``),
-and the :class:`~services.line_controller.actions.ActionExecutor` applies each
-one as conditional transitions plus tasks and returns the
-:class:`HardwareRequest` values to send once the round has committed. The
-hardware answers later with a worker result message.
+:class:`~services.line_controller.scheduler.Scheduler` to ``choose`` the actions to start now
+(one action vocabulary: ``scheduler/action_types.py``), and the
+:class:`~services.line_controller.actions.ActionExecutor` applies each one as
+conditional transitions plus tasks and returns the :class:`HardwareRequest`
+values to send once the round has committed. The hardware answers later with a
+worker result message.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
-
-from .scheduler import Action, SystemState
 
 
 @dataclass(frozen=True)
@@ -25,10 +23,6 @@ class HardwareRequest:
     task_id: int
     failure_type: str  # the worker-result type to enqueue when the request is not accepted
     kwargs: dict = field(default_factory=dict)
-
-
-class Scheduler(Protocol):
-    def choose(self, state: SystemState) -> list[Action]: ...
 
 
 class HardwarePort(Protocol):

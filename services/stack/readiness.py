@@ -1,57 +1,13 @@
-"""What ``linectl up`` runs: the processes of the stack, in start order.
-
-Each process is a separate OS process whose command line names it
-(``sim``, ``hardware``, ``line_controller``, ``gateway``, ``retention``), so
-operators and tests can find it with ``ps``. ``retention`` purges what the
-retention policy says is old, every ``LINECTL_RETENTION_INTERVAL_SECONDS``.
-"""
+"""``linectl up``'s word on the stack: ready, not ready (and why), ready again,
+from the gateway's ``/readyz``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-
-from shared.config import Settings
-from shared.supervisor import ProcessSpec
-
-HARDWARE_STOP_SECONDS = 35.0
-
-
-def _exists(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
-    """The stack's processes; parts not built yet are left out."""
-    py = sys.executable
-    env = {"LINECTL_DATABASE_URL": database_url}
-    specs = []
-    candidates = [
-        ("sim", "services.hardware.sim", [py, "-m", "shared.cli", "sim"]),
-        ("hardware", "services.hardware.service",
-         [py, "-m", "shared.run_service", "hardware"]),
-        ("line_controller", "services.line_controller.service",
-         [py, "-m", "shared.run_service", "line_controller"]),
-        ("gateway", "gateway.app", [py, "-m", "gateway", "--name", "gateway"]),
-    ]
-    if settings.retention_interval_seconds:
-        candidates.append(("retention", "shared.db.retention", [py, "-m", "shared.cli", "retention"]))
-    for name, module, argv in candidates:
-        if name == "sim" and settings.plc != "sim":
-            continue
-        if _exists(module):
-            # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
-            grace = HARDWARE_STOP_SECONDS if name == "hardware" else ProcessSpec.grace_seconds
-            specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace))
-    return specs
 
 
 def readiness(url: str, timeout: float = 3.0) -> tuple[bool, str]:
