@@ -280,7 +280,8 @@ def test_50_runtimes_race_over_http(gateway, start_ai, http_gateway, engine, cla
             random.shuffle(page)
             for job in page:
                 if not claim:
-                    r = client.http.post(f"{client.base}/jobs/{job['id']}/lock", json={"runtimeInstanceId": client.runtime_id})
+                    r = client.http.post(f"{client.base}/jobs/{job['id']}/lock",
+                                         json={"runtimeInstanceId": client.runtime_id})
                     if r.status_code == 409:
                         continue
                     assert r.status_code == 200, r.text
