@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
 from wsproto.utilities import LocalProtocolError
 
+from shared.config import Settings
+
 CLOSE_GOING_AWAY = 1001
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -61,8 +63,9 @@ def encode(frame: dict) -> bytes:
 @dataclass(frozen=True)
 class HubLimits:
     max_clients: int = 1000
-    max_message_bytes: int = 4096
-    send_timeout: float = 10.0
+    # The settings' defaults (LINECTL_WS_*); gateway.context passes the values set.
+    max_message_bytes: int = Settings.ws_max_message_bytes
+    send_timeout: float = Settings.ws_send_timeout_seconds
     queue_frames: int = 1000
     buffer_bytes: int = 8 * 1024 * 1024
     ping_seconds: float = 20.0

@@ -47,10 +47,7 @@ function drawAiStatus(byStatus) {
 }
 
 function drawAiHourly(hourly) {
-  showChart("ai-hourly-chart", barConfig(hourly.map((h) => clock(h.from)), {
-    succeeded: hourly.map((h) => h.succeeded),
-    failed: hourly.map((h) => h.failed),
-  }, { stacked: true }));
+  showHourlyBars("ai-hourly-chart", hourly, ["succeeded", "failed"]);
 }
 
 function rerunCell(job) {

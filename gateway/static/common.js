@@ -87,6 +87,12 @@ function barConfig(labels, series, { stacked = false, percent = false } = {}) {
   };
 }
 
+/** Stacked bars per hour of the `hourly` rows, one series per field in `fields`. */
+function showHourlyBars(canvasId, hourly, fields) {
+  const series = Object.fromEntries(fields.map((f) => [f, hourly.map((h) => h[f])]));
+  showChart(canvasId, barConfig(hourly.map((h) => clock(h.from)), series, { stacked: true }));
+}
+
 // -- formatting -----------------------------------------------------------------------
 
 const NONE = "–";

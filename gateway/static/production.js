@@ -102,10 +102,7 @@ function drawKpis(line) {
 }
 
 function drawHourly(hourly) {
-  showChart("hourly-chart", barConfig(hourly.map((h) => clock(h.from)), {
-    completed: hourly.map((h) => h.completed),
-    scrapped: hourly.map((h) => h.scrapped),
-  }, { stacked: true }));
+  showHourlyBars("hourly-chart", hourly, ["completed", "scrapped"]);
 }
 
 function drawOee(equipment) {

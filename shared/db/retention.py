@@ -26,15 +26,19 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from shared.config import Settings
+
 BATCH = 5000
 
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    event_days: int = 30
-    ai_days: int = 90
-    audit_days: int = 365
-    dead_letter_days: int = 14
+    """Days kept; by default the settings' (``LINECTL_RETENTION_*``)."""
+
+    event_days: int = Settings.retention_event_days
+    ai_days: int = Settings.retention_ai_days
+    audit_days: int = Settings.retention_audit_days
+    dead_letter_days: int = Settings.retention_dead_letter_days
 
     @classmethod
     def from_settings(cls, settings) -> RetentionPolicy:

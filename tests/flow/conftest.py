@@ -9,7 +9,6 @@ import socket
 
 import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
-from sqlalchemy import text
 
 from services.hardware.service import HardwareService
 from services.hardware.sim.model import SimOptions
@@ -18,6 +17,7 @@ from services.line_controller.service import LineControllerService
 from shared import events as ev
 from shared.config import Settings
 from shared.layout import load_layout
+from tests.support.db import RowQueries
 from tests.support.waiting import wait_for
 
 SIM_SPEED = 1000.0  # a 12 s machining cycle takes 12 ms; the transport dominates
@@ -43,7 +43,7 @@ def layout():
     return load_layout(Settings().line_file)
 
 
-class Line:
+class Line(RowQueries):
     """The running stack and what the tests ask of it."""
 
     def __init__(self, engine, proxy, hardware):
@@ -73,14 +73,6 @@ class Line:
     def order(self, product, quantity, priority=5):
         order = self.ok("CreateOrder", {"productId": product, "quantity": quantity, "priority": priority})
         return self.ok("StartOrder", {"workOrderId": order["id"]})
-
-    def rows(self, sql, **params):
-        with self.engine.connect() as c:
-            return c.execute(text(sql), params).fetchall()
-
-    def row(self, sql, **params):
-        with self.engine.connect() as c:
-            return c.execute(text(sql), params).first()
 
     def wait_finished(self, order_id, timeout=90.0):
         def finished():

@@ -145,6 +145,12 @@ def _job_step(s, p, actor, kind):
     return serialize.job(job), [(f"Job{kind.title()}ed", serialize.job(job))]
 
 
+def _written(s, row, to_json, event: str):
+    """``row``, changed, is flushed: the command's result and its event, both ``to_json(row)``."""
+    s.flush()
+    return to_json(row), [(event, to_json(row))]
+
+
 def _shelve_alarm(s, p, actor):
     alarm = _load(s, Alarm, p["alarmId"], "alarm")
     if alarm.status == "CLEARED":
@@ -154,8 +160,7 @@ def _shelve_alarm(s, p, actor):
         alarm.status_before_shelve = alarm.status
     alarm.status, alarm.shelved_until = "SHELVED", now + timedelta(minutes=p["minutes"])
     alarm.shelve_reason, alarm.shelved_by, alarm.shelved_at = p["reason"], actor, now
-    s.flush()
-    return serialize.alarm(alarm), [("AlarmShelved", serialize.alarm(alarm))]
+    return _written(s, alarm, serialize.alarm, "AlarmShelved")
 
 
 def _unshelve_alarm(s, p, actor):
@@ -163,8 +168,7 @@ def _unshelve_alarm(s, p, actor):
     if alarm.status != "SHELVED":
         raise Rejected("INVALID_TRANSITION", f"alarm {alarm.id} is {alarm.status}, not SHELVED")
     alarm.status, alarm.status_before_shelve, alarm.shelved_until = alarm.status_before_shelve, None, None
-    s.flush()
-    return serialize.alarm(alarm), [("AlarmUnshelved", serialize.alarm(alarm))]
+    return _written(s, alarm, serialize.alarm, "AlarmUnshelved")
 
 
 def _ack_alarm(s, p, actor):
@@ -172,8 +176,7 @@ def _ack_alarm(s, p, actor):
     if alarm.status != "RAISED":
         raise Rejected("INVALID_TRANSITION", f"alarm {alarm.id} is {alarm.status}")
     alarm.status, alarm.acknowledged_at, alarm.acknowledged_by = "ACKNOWLEDGED", datetime.now(UTC), actor
-    s.flush()
-    return serialize.alarm(alarm), [("AlarmAcknowledged", serialize.alarm(alarm))]
+    return _written(s, alarm, serialize.alarm, "AlarmAcknowledged")
 
 
 def _resolve(s, p, actor):
@@ -184,8 +187,7 @@ def _resolve(s, p, actor):
         raise Rejected("VALIDATION_ERROR", f"resolution: must be one of {action.choices}")
     action.status, action.resolution, action.note = "RESOLVED", p["resolution"], p.get("note")
     action.resolved_by, action.resolved_at = actor, datetime.now(UTC)
-    s.flush()
-    return serialize.manual_action(action), [("ManualActionResolved", serialize.manual_action(action))]
+    return _written(s, action, serialize.manual_action, "ManualActionResolved")
 
 
 def _confirm_recovery(s, p, actor):

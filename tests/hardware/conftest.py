@@ -8,6 +8,7 @@ import socket
 
 import pytest
 from nameko.events import BROADCAST, event_handler
+from nameko.testing.services import entrypoint_hook
 from nameko.testing.utils import get_extension
 
 from services.hardware.dependencies import Hardware
@@ -139,3 +140,16 @@ def hardware(make_hardware):
 def line_of(container):
     """The container's LineHardware (state the tests may inspect)."""
     return get_extension(container, Hardware).hardware
+
+
+def call(container, method, *args, **kwargs):
+    """One RPC of the hardware service, through its entrypoint."""
+    with entrypoint_hook(container, method) as rpc:
+        return rpc(*args, **kwargs)
+
+
+def outcome(container, received, method, *args, **kwargs) -> tuple[str, dict]:
+    """An action the service accepts, and the result event it then sends."""
+    answer = call(container, method, *args, **kwargs)
+    assert answer["accepted"] is True, answer
+    return received.result(answer["actionId"])

@@ -2,21 +2,13 @@
 → exactly one result event on the transport."""
 
 from nameko.standalone.rpc import ServiceRpcProxy
-from nameko.testing.services import entrypoint_hook
 
 from shared import events as ev
-from tests.hardware.conftest import line_of
-
-
-def call(container, method, *args, **kwargs):
-    with entrypoint_hook(container, method) as rpc:
-        return rpc(*args, **kwargs)
+from tests.hardware.conftest import call, line_of, outcome
 
 
 def run_ok(container, received, method, *args, **kwargs):
-    answer = call(container, method, *args, **kwargs)
-    assert answer["accepted"] is True, answer
-    event_type, payload = received.result(answer["actionId"])
+    event_type, payload = outcome(container, received, method, *args, **kwargs)
     assert payload["correlationId"] == str(args[0])
     assert event_type.endswith("Succeeded"), payload
     return event_type, payload

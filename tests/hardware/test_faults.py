@@ -2,25 +2,13 @@
 and the service carries on by itself once the fault is gone."""
 
 import pytest
-from nameko.testing.services import entrypoint_hook
 
 from services.hardware import plc as P
 from services.hardware.service import HardwareService
 from services.hardware.sim.server import LineSimulator
 from shared import events as ev
-from tests.hardware.conftest import free_port, line_of
+from tests.hardware.conftest import call, free_port, line_of, outcome
 from tests.support.waiting import wait_for
-
-
-def call(container, method, *args, **kwargs):
-    with entrypoint_hook(container, method) as rpc:
-        return rpc(*args, **kwargs)
-
-
-def outcome(container, received, method, *args, **kwargs):
-    answer = call(container, method, *args, **kwargs)
-    assert answer["accepted"] is True, answer
-    return received.result(answer["actionId"])
 
 
 def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, received, control):

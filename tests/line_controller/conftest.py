@@ -7,6 +7,7 @@ from services.line_controller.loop import EventLoop
 from services.line_controller.messages import new_message
 from shared.config import load_settings
 from shared.layout import load_layout
+from tests.support.db import RowQueries
 
 
 class RecordingHardware:
@@ -28,7 +29,7 @@ class ScriptedScheduler:
         return [a(state) if callable(a) else a for a in actions]
 
 
-class Harness:
+class Harness(RowQueries):
     def __init__(self, engine, layout):
         self.published = []
         self.hardware = RecordingHardware()
@@ -71,16 +72,6 @@ class Harness:
     def fail(self, req, code="PLC_ERROR", type_="RobotActionFailed"):
         return self.send(type_, {"correlationId": str(req.task_id), "errorCode": code,
                                  "errorMessage": "boom"}, correlation_id=str(req.task_id))
-
-    def row(self, sql, **params):
-        from sqlalchemy import text
-        with self.engine.connect() as c:
-            return c.execute(text(sql), params).first()
-
-    def rows(self, sql, **params):
-        from sqlalchemy import text
-        with self.engine.connect() as c:
-            return c.execute(text(sql), params).fetchall()
 
     def job(self, job_id):
         return self.row("SELECT * FROM job WHERE id = :id", id=job_id)

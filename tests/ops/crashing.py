@@ -86,6 +86,22 @@ def kill(stack, name, moment, what, sig=signal.SIGKILL):
     return found, mark
 
 
+def line_up(stack_factory, sim_speed: float):
+    """``linectl up`` on the simulator at ``sim_speed``, once ready: the stack, an
+    operator's token, and its Line."""
+    stack = stack_factory(sim_speed=sim_speed).up()
+    stack.wait_line("linectl: ready", 180)
+    return stack, stack.token("operator"), Line(stack.database_url(), stack.amqp_uri())
+
+
+def start_order(stack, token, product: str, quantity: int) -> dict:
+    """A work order created and started through the API, as the operator."""
+    code, order = stack.request("POST", "/api/work-orders", {"productId": product, "quantity": quantity}, token)
+    assert code == 201, order
+    assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
+    return order
+
+
 @contextmanager
 def reported(stack, line):
     """On a failure, what the processes said and the line's state, for the

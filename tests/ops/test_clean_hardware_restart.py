@@ -8,7 +8,7 @@ import signal
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, Line, kill, reported
+from tests.ops.crashing import CARRYING, kill, line_up, reported, start_order
 from tests.ops.invariants import line_invariants
 from tests.support.waiting import wait_for
 
@@ -16,15 +16,9 @@ QUANTITY = 6
 
 
 def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
-    stack = stack_factory(sim_speed=10.0).up()
-    stack.wait_line("linectl: ready", 180)
-    token = stack.token("operator")
-    line = Line(stack.database_url(), stack.amqp_uri())
+    stack, token, line = line_up(stack_factory, sim_speed=10.0)
     with reported(stack, line):
-        code, order = stack.request("POST", "/api/work-orders",
-                                    {"productId": "SHAFT-B", "quantity": QUANTITY}, token)
-        assert code == 201, order
-        assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
+        order = start_order(stack, token, "SHAFT-B", QUANTITY)
 
         # 1. While the robot runs a refill with more queued behind it.
         queued, _ = kill(stack, "hardware", lambda: line.held_robot_tasks(["DOCK_TO_BUFFER"], 3),

@@ -8,7 +8,7 @@ The order must finish with exact counts and every invariant must hold."""
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, Line, kill, reported
+from tests.ops.crashing import CARRYING, kill, line_up, reported, start_order
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import resolve_open_recovery
 from tests.support.waiting import wait_for
@@ -17,10 +17,7 @@ QUANTITY = 6
 
 
 def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
-    stack = stack_factory(sim_speed=20.0).up()
-    stack.wait_line("linectl: ready", 180)
-    token = stack.token("operator")
-    line = Line(stack.database_url(), stack.amqp_uri())
+    stack, token, line = line_up(stack_factory, sim_speed=20.0)
     answered = 0
 
     def answer():
@@ -28,10 +25,7 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
         answered += resolve_open_recovery(stack, token, stack.amqp_uri())
 
     with reported(stack, line):
-        code, order = stack.request("POST", "/api/work-orders",
-                                    {"productId": "SHAFT-B", "quantity": QUANTITY}, token)
-        assert code == 201, order
-        assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
+        order = start_order(stack, token, "SHAFT-B", QUANTITY)
 
         # 1. The line_controller, while the hardware holds a refill it sent.
         refill, mark = kill(stack, "line_controller", lambda: line.held_task(["DOCK_TO_BUFFER"], every=True),

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.gateway.cdp import CHROMIUM, Browser
-from tests.ops.crashing import CARRYING, Line, kill, reported
+from tests.ops.crashing import CARRYING, kill, line_up, reported
 from tests.ops.invariants import line_invariants
 from tests.ops.operator import ROBOT_IDLE_WAIT, answer_for, plc_state
 from tests.support.waiting import wait_for
@@ -31,11 +31,31 @@ def browser(tmp_path):
     b.close()
 
 
+def answer_on_the_page(browser, stack, token, carried: int) -> None:
+    """The recovery question about the task ``carried``, on the page, answered
+    there by what the cell shows."""
+    page = browser.check
+    selector = "#manual li[data-manual-action-id]"
+    wait_for(lambda: page(f"!!document.querySelector('{selector}')"), 30,
+             message="the recovery question on the page")
+    assert page("!document.getElementById('confirm-recovery').hidden")
+    # Like a person: wait for the robot to stop, look at the cell, answer on the page.
+    plc = wait_for(lambda: (s := plc_state(stack.amqp_uri())) and s.get("connected")
+                   and s["robot"].get("state") != "BUSY" and s, ROBOT_IDLE_WAIT, 0.2)
+    (action,) = stack.get("/api/manual-actions?status=OPEN", token)[1]["items"]
+    task = next(t for t in stack.get("/api/tasks?status=FAILED&limit=500", token)[1]["items"]
+                if t["id"] == carried)
+    choice = answer_for(action, task, plc)
+    browser.evaluate(f"document.querySelector('#manual li[data-manual-action-id=\"{action['id']}\"]"
+                     f" button[data-resolution=\"{choice}\"]').click()")
+    wait_for(lambda: page(f"!document.querySelector('{selector}')"
+                          " && document.getElementById('confirm-recovery').hidden"),
+             30, message="the question answered on the page")
+    print(f"answered on the page: {action['kind']} -> {choice}")
+
+
 def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
-    stack = stack_factory(sim_speed=20.0).up()
-    stack.wait_line("linectl: ready", 180)
-    token = stack.token("operator")
-    line = Line(stack.database_url(), stack.amqp_uri())
+    stack, token, line = line_up(stack_factory, sim_speed=20.0)
     page = browser.check
     with reported(stack, line):
         browser.navigate(stack.base + "/")
@@ -64,23 +84,7 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
         # The hardware service dies while it carries a piece: a question on the page.
         carried, _ = kill(stack, "hardware", lambda: line.held_task(CARRYING), "a piece being carried")
         if line.task(carried).status != "SUCCEEDED":  # its result did not get out first
-            selector = "#manual li[data-manual-action-id]"
-            wait_for(lambda: page(f"!!document.querySelector('{selector}')"), 30,
-                     message="the recovery question on the page")
-            assert page("!document.getElementById('confirm-recovery').hidden")
-            # Like a person: wait for the robot to stop, look at the cell, answer on the page.
-            plc = wait_for(lambda: (s := plc_state(stack.amqp_uri())) and s.get("connected")
-                           and s["robot"].get("state") != "BUSY" and s, ROBOT_IDLE_WAIT, 0.2)
-            (action,) = stack.get("/api/manual-actions?status=OPEN", token)[1]["items"]
-            task = next(t for t in stack.get("/api/tasks?status=FAILED&limit=500", token)[1]["items"]
-                        if t["id"] == carried)
-            choice = answer_for(action, task, plc)
-            browser.evaluate(f"document.querySelector('#manual li[data-manual-action-id=\"{action['id']}\"]"
-                             f" button[data-resolution=\"{choice}\"]').click()")
-            wait_for(lambda: page(f"!document.querySelector('{selector}')"
-                                  " && document.getElementById('confirm-recovery').hidden"),
-                     30, message="the question answered on the page")
-            print(f"answered on the page: {action['kind']} -> {choice}")
+            answer_on_the_page(browser, stack, token, carried)
 
         # The order finishes on screen: QUANTITY of QUANTITY, completed + scrapped.
         wait_for(lambda: page(f"document.querySelector('{row} .status').textContent === 'COMPLETED'"

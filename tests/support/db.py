@@ -11,6 +11,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg2
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from services.stack.migrate import upgrade
 from shared.db.embedded import EmbeddedPostgres
@@ -30,6 +32,21 @@ def admin_execute(server_url: str, *statements: str) -> None:
                 cur.execute(sql)
     finally:
         conn.close()
+
+
+class RowQueries:
+    """``row`` and ``rows`` of an SQL statement on ``self.engine``: what a test
+    harness reads the database with."""
+
+    engine: Engine
+
+    def row(self, sql, **params):
+        with self.engine.connect() as c:
+            return c.execute(text(sql), params).first()
+
+    def rows(self, sql, **params):
+        with self.engine.connect() as c:
+            return c.execute(text(sql), params).fetchall()
 
 
 class TestDatabases:

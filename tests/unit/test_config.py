@@ -7,6 +7,13 @@ import pytest
 from shared.config import SettingsError, load_settings, nameko_config
 
 
+def refused(env: dict) -> pytest.ExceptionInfo[SettingsError]:
+    """Loading `env` raises SettingsError; what was raised."""
+    with pytest.raises(SettingsError) as err:
+        load_settings(env)
+    return err
+
+
 def test_defaults_match_the_spec():
     s = load_settings({})
     assert s.database_url is None
@@ -37,8 +44,7 @@ def test_defaults_match_the_spec():
     ],
 )
 def test_a_bad_value_is_rejected_naming_the_variable(name, value):
-    with pytest.raises(SettingsError) as err:
-        load_settings({f"LINECTL_{name}": value})
+    err = refused({f"LINECTL_{name}": value})
     message = str(err.value)
     assert message.startswith(f"LINECTL_{name}:")
     assert "\n" not in message
@@ -126,8 +132,7 @@ def test_generated_tokens_are_kept_in_the_data_dir(tmp_path):
     ("operator:abcdefghijklmnopq,admin:abcdefghijklmnopq", "twice"),
 ])
 def test_weak_or_placeholder_tokens_are_refused(raw, why):
-    with pytest.raises(SettingsError) as err:
-        load_settings({"LINECTL_TOKENS": raw})
+    err = refused({"LINECTL_TOKENS": raw})
     assert why in str(err.value) and str(err.value).startswith("LINECTL_TOKENS:")
 
 

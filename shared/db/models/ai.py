@@ -6,20 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    ForeignKey,
-    Index,
-    Integer,
-    LargeBinary,
-    String,
-    Text,
-)
-from sqlalchemy import (
-    text as sql_text,
-)
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 

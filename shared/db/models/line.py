@@ -19,9 +19,7 @@ from sqlalchemy import (
     String,
     Text,
 )
-from sqlalchemy import (
-    text as sql_text,
-)
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
