@@ -255,3 +255,32 @@ def test_a_durable_publish_that_fails_in_its_transaction_leaves_the_channel_usab
             producer.publish({"n": 1}, exchange="durable-y", routing_key="k", delivery_mode=2)
             drain_until(conn, received, 1, timeout=5)
     assert received == [{"n": 1}]
+
+
+def test_a_durable_publish_asks_for_its_flush_and_a_transient_one_does_not(pgsql_url):
+    # The rows and their wake-up commit without waiting (a consumer may take the
+    # message at once, as with RabbitMQ); the round trip ends in a transaction that
+    # writes a WAL record of its own and commits with synchronous_commit on, so the
+    # publish returns only once the rows are flushed too. Not for a non-durable queue.
+    from shared.transport.pgsql.sql import PUBLISH_DURABLE_SQL
+
+    durable = Queue(f"durable-{uuid.uuid4().hex[:8]}", Exchange("durable-z", "direct"),
+                    routing_key="d", durable=True)
+    passing = Queue(f"passing-{uuid.uuid4().hex[:8]}", Exchange("durable-z", "direct"),
+                    routing_key="p", durable=False)
+    with Connection(pgsql_url, transport_options=SLOW_SWEEP) as conn:
+        channel = conn.channel()
+        for queue in (durable, passing):
+            queue(channel).declare()
+        payload = '{"body": "{}", "properties": {}}'
+
+        def publish(key, persistent):
+            ((routed, commit, flush_record),) = channel._query(
+                PUBLISH_DURABLE_SQL, ("durable-z", key, payload, None, persistent))
+            return routed, commit, flush_record
+
+        routed, commit, flush_record = publish("d", True)
+        assert (routed, commit) == (1, "on") and flush_record is not None
+        assert publish("p", True) == (1, "off", None)
+        assert publish("d", False) == (1, "off", None)  # not persistent
+        assert channel._query("SHOW synchronous_commit") == [("off",)]  # the session's own, unchanged

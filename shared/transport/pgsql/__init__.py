@@ -51,13 +51,20 @@ messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues â
 second of those (a lost ack is a redelivery; a lost reply is an RPC timeout), never
 corrupts anything, and it saves a WAL flush per statement.
 
-A persistent message that is no reply commits its rows, with their flush, in one
-transaction, and its wake-up ``NOTIFY`` in a second one that flushes nothing, both
-in one round trip. PostgreSQL serialises every ``NOTIFY``ing commit of a cluster
-under one lock and holds it through the commit's WAL flush, so a flush in the
-notifying transaction made every other publisher (and every direct reply) wait for
-it, and no two flushes could be shared. A wake-up lost between the two (the session
-dies) delays the message to the next fallback poll; it never loses it.
+A persistent message that is no reply (an RPC request, an event) is confirmed
+as RabbitMQ confirms one: the publish returns once the message is flushed to
+the WAL, and a consumer may take it before that. One round trip runs three
+transactions: the rows, committed without waiting; their wake-up ``NOTIFY``,
+committed at once; and, when a target queue is durable, a transaction that
+writes a WAL record and commits with ``synchronous_commit = on``, so it waits
+for the flush through the rows too. The flush is off the path from publisher to
+consumer, and no ``NOTIFY``ing commit waits for one: PostgreSQL serialises
+every ``NOTIFY``ing commit of a cluster under one lock and holds it through the
+commit's flush, so in one transaction every other publisher (and every direct
+reply) waited for it and no two flushes could be shared. A crash before the
+flush can lose a message a consumer took; its publisher then gets an error,
+never a confirm. A wake-up lost between the first two transactions delays the
+message to the next fallback poll; it never loses it.
 
 ``Connection.connected`` asks :meth:`Transport.verify_connection`: free while the
 process's listener has kept its connection, a ``SELECT 1`` per channel once it lost

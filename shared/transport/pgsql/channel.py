@@ -253,7 +253,7 @@ class Channel(virtual.Channel):
         params = (exchange or "", routing_key or "", payload,
                   int(expiration) if expiration is not None else None, persistent)
         if persistent and not reply:
-            ((routed,),) = self._query(PUBLISH_DURABLE_SQL, params)
+            ((routed, _, _),) = self._query(PUBLISH_DURABLE_SQL, params)
         else:
             ((routed, _),) = self._query(PUBLISH.call, (*params, direct))
         if not routed and mandatory:

@@ -129,14 +129,24 @@ SELECT (SELECT count(*) FROM notified),
        (SELECT {DURABILITY} FROM sent JOIN mq_queue q ON q.name = sent.queue)
 """)
 
-# A persistent message that is no reply (an RPC request, an event) may wait for
-# its WAL flush. PostgreSQL holds the lock that serialises every NOTIFYing commit
-# of the cluster through that flush, so with the wake-up in the same transaction
-# each publisher's commit (and every reply's) queued behind another's flush and
-# none could share one. Such a message commits its rows first (flushes group),
-# and its wake-ups follow in a second transaction that flushes nothing, in the
-# same round trip: PUBLISH_DURABLE_SQL. The queues to wake pass between the two
-# in a session setting. Parameters as PUBLISH's first five.
+# A persistent message that is no reply (an RPC request, an event) is confirmed
+# only once its WAL is flushed, as RabbitMQ confirms a persistent message only
+# once it is on disk; and, as with RabbitMQ, a consumer may have it before that.
+# One round trip, three transactions (PUBLISH_DURABLE_SQL):
+#   1. the rows, committed without waiting for the flush;
+#   2. their wake-ups (NOTIFY), committed at once: consumers take the message now;
+#   3. SETTLE: when a target queue is durable, a transaction whose commit waits
+#      for the WAL to be flushed up to its own commit, and so past the rows'.
+# The flush is thus off the path from publisher to consumer, and no NOTIFYing
+# commit waits for one: PostgreSQL holds the lock that serialises every NOTIFYing
+# commit of the cluster through that commit's flush, so with rows, wake-up and
+# flush in one transaction each publisher and each direct reply queued behind
+# another's flush and no two flushes could be shared. The queues to wake, and
+# whether to wait, pass between the three in session settings. A crash before
+# the flush loses rows a consumer may have taken, and the publisher gets an error,
+# not a confirm: a publish that returned is durable. A wake-up lost between 1 and
+# 2 (the session dies) delays the message to the next fallback poll, never loses it.
+# Parameters as PUBLISH's first five.
 PUBLISH_ROWS = Prepared("mq_publish_rows", PUBLISH.types[:5], f"""
 WITH {ROUTE},
 sent AS (
@@ -145,18 +155,32 @@ sent AS (
     RETURNING queue
 )
 SELECT set_config('mq.wake', coalesce(array_agg(DISTINCT sent.queue)::text, '{{}}'), false),
-       {DURABILITY}
+       set_config('mq.flush', CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
+                                                         AND q.expires_ms IS NULL)
+                                   THEN 'on' ELSE 'off' END, false)
 FROM sent JOIN mq_queue q ON q.name = sent.queue
 """)
 
-# Wakes the queues PUBLISH_ROWS filled; returns how many (0: no route).
+# Wakes the queues PUBLISH_ROWS filled.
 WAKE = Prepared("mq_wake", (), """
 SELECT count(pg_notify('mq_' || md5(q), q)) FROM unnest(current_setting('mq.wake')::text[]) q
 """)
 
-# A committed wake-up that is lost (the session dies between the two) delays the
-# message to the next fallback poll; it never loses it.
-PUBLISH_DURABLE_SQL = f"BEGIN; {PUBLISH_ROWS.call}; COMMIT; {WAKE.call}"
+# How many queues the message went to (0: no route). When it must be durable,
+# this transaction writes a WAL record of its own (an empty transactional logical
+# message: any role may, at any wal_level) and commits with synchronous_commit on,
+# so its commit waits until the WAL is flushed through its own record, and so
+# through the rows'. (An xid alone would not do: a commit that wrote no WAL
+# before its commit record never waits.) It runs last in the round trip, in the
+# implicit transaction that ends with it, before the server answers.
+SETTLE = Prepared("mq_settle", (), """
+SELECT cardinality(current_setting('mq.wake')::text[]),
+       set_config('synchronous_commit', current_setting('mq.flush'), true),
+       CASE WHEN current_setting('mq.flush') = 'on'
+            THEN pg_logical_emit_message(true, 'linectl.mq.flush', '') END
+""")
+
+PUBLISH_DURABLE_SQL = f"BEGIN; {PUBLISH_ROWS.call}; COMMIT; BEGIN; {WAKE.call}; COMMIT; {SETTLE.call}"
 
 # Deletes the rows acked since the last claim in the same statement.
 # $1 lease pid, $2 lease backend start, $3 queues, $4 limit, $5 acked row ids.
@@ -196,7 +220,7 @@ WITH freed AS (
 SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM freed) f
 """)
 
-PREPARED = (PUBLISH, PUBLISH_ROWS, WAKE, CLAIM, TAKE, DELETE, RELEASE)
+PREPARED = (PUBLISH, PUBLISH_ROWS, WAKE, SETTLE, CLAIM, TAKE, DELETE, RELEASE)
 
 # Run on the listening connection once it LISTENs: its backend takes these
 # consumers' direct replies. %s: queues, channel backend pids, consumer tags.
