@@ -43,7 +43,7 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
   message out again with ``redelivered`` set; a message whose consumers died
   ``max_deliveries`` times (default 5) goes to ``mq_dead_letter`` instead.
 
-Durability: a publish commits with ``synchronous_commit = on`` only when the message
+Durability: a publish waits for its WAL flush only when the message
 is persistent (``delivery_mode=2``) and at least one target queue is durable and
 neither auto-delete, exclusive nor ``x-expires``. Everything else — transient messages,
 messages to reply queues (nameko's have ``x-expires``), claims, acks, requeues — commits with
