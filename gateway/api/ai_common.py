@@ -4,9 +4,9 @@ queue (``services.ai_jobs``), served straight from PostgreSQL. Its refusals
 
 from __future__ import annotations
 
-from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate
 
+from gateway.context import gateway_context
 from services.ai_jobs.queue import AiJobQueue
 
 TEXT = validate.Length(min=1, max=200)
@@ -41,4 +41,4 @@ def not_null(value):
 
 
 def ai_queue() -> AiJobQueue:
-    return current_app.extensions["linectl"].ai
+    return gateway_context().ai
