@@ -12,6 +12,9 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
   queues and bindings live in the database, so every process routes the same way;
   ``queue_unbind`` and ``queue_delete`` remove bindings. Publishing routes in one SQL
   statement that inserts one row per bound queue and ``NOTIFY``s each of them.
+  A topic binding key without ``*`` or ``#`` matches by equality; only wildcard
+  keys run their regular expression (PostgreSQL caches 32 compiled per session,
+  and nameko binds one key per RPC client's reply queue).
 * ``mandatory=True``: a message no queue is bound for raises
   :class:`kombu.exceptions.ChannelError` ``NO_ROUTE`` (nameko: ``UnknownService``).
 * ``auto_delete`` (dropped when the last consumer cancels or dies), ``exclusive``
