@@ -217,3 +217,25 @@ def test_a_lost_database_connection_still_closes_channels_cleanly(pgsql_url, db_
 
     assert channel.closed and channel.connection is None
     consumer.__exit__(None, None, None)  # what kombu's ConsumerMixin runs next: no AttributeError
+
+
+def test_topic_keys_without_wildcards_match_exactly_beside_many_bindings(pgsql_url):
+    # More bindings than PostgreSQL caches compiled regular expressions (32): plain
+    # keys match by equality, wildcard keys by pattern, each exactly as AMQP says.
+    exchange = Exchange("many-keys", "topic")
+    plain = [Queue(f"plain-{n}", exchange, routing_key=f"reply.{n}") for n in range(40)]
+    star = Queue("star", exchange, routing_key="reply.*")
+    dotted = Queue("dotted", exchange, routing_key="reply.1.#")
+    got = {}
+    with Connection(pgsql_url) as conn:
+        channel = conn.channel()
+        for queue in [*plain, star, dotted]:
+            queue(channel).declare()
+        producer = Producer(channel)
+        for key in ("reply.7", "reply.1", "reply.1.x", "reply"):
+            producer.publish({"k": key}, exchange="many-keys", routing_key=key)
+        for queue in [*plain, star, dotted]:
+            while (message := queue(channel).get(no_ack=True)) is not None:
+                got.setdefault(queue.name, []).append(message.payload["k"])
+    assert got == {"plain-7": ["reply.7"], "plain-1": ["reply.1"],
+                   "star": ["reply.7", "reply.1"], "dotted": ["reply.1", "reply.1.x"]}
