@@ -99,12 +99,13 @@ targets AS (
     SELECT q.name FROM mq_queue q WHERE $1 = '' AND q.name = $2
 )"""
 
-# synchronous_commit for the publishing transaction: on only for a persistent ($5)
-# message to at least one durable queue (see the package docstring).
-DURABILITY = """set_config('synchronous_commit',
-    CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
-                             AND q.expires_ms IS NULL)
-         THEN 'on' ELSE 'off' END, true)"""
+# Whether a publish must wait for its WAL flush: only a persistent ($5) message to at
+# least one durable queue (see the package docstring); over the target queues q.
+# DURABILITY applies it to the publishing transaction itself.
+MUST_FLUSH = """CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
+                                   AND q.expires_ms IS NULL)
+               THEN 'on' ELSE 'off' END"""
+DURABILITY = f"set_config('synchronous_commit', {MUST_FLUSH}, true)"
 
 # Route one message: a direct reply goes as the payload of a NOTIFY to the
 # consumer's listening connection; to every other target queue a row is
@@ -155,9 +156,7 @@ sent AS (
     RETURNING queue
 )
 SELECT set_config('mq.wake', coalesce(array_agg(DISTINCT sent.queue)::text, '{{}}'), false),
-       set_config('mq.flush', CASE WHEN $5 AND bool_or(q.durable AND NOT q.auto_delete AND NOT q.exclusive
-                                                         AND q.expires_ms IS NULL)
-                                   THEN 'on' ELSE 'off' END, false)
+       set_config('mq.flush', {MUST_FLUSH}, false)
 FROM sent JOIN mq_queue q ON q.name = sent.queue
 """)
 
