@@ -22,6 +22,7 @@ import subprocess  # noqa: E402
 import uuid  # noqa: E402
 
 import pytest  # noqa: E402
+from kombu.mixins import ConsumerMixin  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
 from shared.db.engine import make_engine  # noqa: E402
@@ -30,6 +31,22 @@ from tests.support.db import TestDatabases  # noqa: E402
 
 def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
+
+
+# nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,
+# and kombu's ConsumerMixin drains with a 1 s timeout: every container stop or kill
+# in a test waited out that second (twice when a container both stops its Rpc
+# entrypoints and its consumer). The tests' containers drain in short slices; the
+# services' own processes keep kombu's 1 s.
+CONSUMER_STOP_POLL = 0.05
+_kombu_consume = ConsumerMixin.consume
+
+
+def _consume_in_short_slices(self, limit=None, timeout=None, safety_interval=CONSUMER_STOP_POLL, **kwargs):
+    return _kombu_consume(self, limit, timeout, min(safety_interval, CONSUMER_STOP_POLL), **kwargs)
+
+
+ConsumerMixin.consume = _consume_in_short_slices
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,6 @@ Commands go through the real ``command`` RPC."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
 
@@ -18,15 +16,11 @@ from shared import events as ev
 from shared.config import Settings
 from shared.layout import load_layout
 from tests.support.db import RowQueries
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 SIM_SPEED = 1000.0  # a 12 s machining cycle takes 12 ms; the transport dominates
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(params=["pgsql", "rabbitmq"])

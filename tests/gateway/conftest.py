@@ -5,7 +5,6 @@ the suite's transport, the Flask app (test client) and a real served gateway
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from gateway.app import create_app
 from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
+from tests.support.ports import free_port
 from tests.support.processes import Started, stop_process
 from tests.support.waiting import wait_for
 
@@ -73,11 +73,6 @@ def client(app):
 def events(writable, nameko_config):
     return EventWriter(writable, nameko_config)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServedGateway:

@@ -4,8 +4,6 @@ listener service collecting every hardware event."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from nameko.events import BROADCAST, event_handler
 from nameko.testing.services import entrypoint_hook
@@ -19,15 +17,11 @@ from services.hardware.sim.server import LineSimulator
 from shared import events as ev
 from shared.config import Settings
 from shared.layout import load_layout
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 SPEED = 200.0  # a 12 s machining cycle takes 60 ms
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ from services.hardware import plc as P
 from services.hardware.service import HardwareService
 from services.hardware.sim.server import LineSimulator
 from shared import events as ev
-from tests.hardware.conftest import call, free_port, line_of, outcome
+from tests.hardware.conftest import call, line_of, outcome
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 

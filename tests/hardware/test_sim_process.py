@@ -8,7 +8,7 @@ import sys
 from services.hardware import plc as P
 from services.hardware.plc import PlcLink, PlcUnavailable
 from services.hardware.sim.model import LineModel, SimOptions
-from tests.hardware.conftest import free_port
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from shared.db.embedded import free_port
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 NAMES = ("sim", "hardware", "line_controller", "gateway", "retention")

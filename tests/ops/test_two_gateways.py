@@ -14,7 +14,7 @@ import websocket
 from sqlalchemy import text
 
 from services.line_controller.service import LineControllerService
-from shared.db.embedded import free_port
+from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.waiting import wait_for
 

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from services.stack.migrate import upgrade
 from shared.db.embedded import EmbeddedPostgres
+from tests.support.ports import free_port
 
 
 def with_database(url: str, name: str) -> str:
@@ -60,7 +61,7 @@ class TestDatabases:
             self.server_url = external
         else:
             self._tmp = tempfile.TemporaryDirectory(prefix="linectl-test-pg-")
-            self.embedded = EmbeddedPostgres(Path(self._tmp.name) / "pg", fast=True)
+            self.embedded = EmbeddedPostgres(Path(self._tmp.name) / "pg", port=free_port(), fast=True)
             self.server_url = self.embedded.start()
         self.prefix = f"lt{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.template = f"{self.prefix}_tpl"

@@ -1,0 +1,54 @@
+"""Free TCP ports for the servers the tests start.
+
+Each pytest-xdist worker hands out ports from a block of its own, below the
+kernel's ephemeral range (``ip_local_port_range``, 32768 and up on Linux):
+two workers never pick the same port, and no outgoing connection's local port
+(always drawn from the ephemeral range) can take a picked port between the
+pick and the server's bind, as a port the kernel chose for ``bind(0)`` could.
+Within a worker the ports go round the block, so one test's several servers
+get different ports, and a port is handed out only if nothing holds it now.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import socket
+
+FIRST_PORT = 20000
+BLOCK = 1500  # ports per worker: 8 workers end at 32000, below the ephemeral range
+
+
+def worker_index() -> int:
+    """0 for the only process (no xdist) or xdist's ``gw0``; ``gwN`` is N."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    digits = name.removeprefix("gw")
+    return int(digits) if digits.isdigit() else 0
+
+
+def _block() -> range:
+    start = FIRST_PORT + (worker_index() % 8) * BLOCK
+    return range(start, start + BLOCK)
+
+
+# Starts at a random place so that two sessions on one machine (two checkouts) seldom meet.
+_next = itertools.cycle(random.sample(_block(), len(_block())))
+
+
+def _bindable(port: int) -> bool:
+    # No SO_REUSEADDR: a port with a connection in TIME_WAIT is passed over too.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    for _ in range(BLOCK):
+        port = next(_next)
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port left in {_block()}")
