@@ -22,8 +22,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/linectl up
 
+# The suite in parallel shards (tests/run_suite.py says why and how); a single
+# test: $(BIN)/python -m pytest tests/…::name
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m tests.run_suite $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@set -e; for script in tests/bench/bench_*.py; do \

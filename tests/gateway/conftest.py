@@ -17,7 +17,7 @@ from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
 from tests.support.ports import free_port
-from tests.support.processes import Started, stop_process
+from tests.support.processes import Started, kill_group
 from tests.support.waiting import wait_for
 
 OPERATOR = "operator-token-0123"
@@ -92,7 +92,8 @@ class ServedGateway:
             argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit("
                     f"resource.RLIMIT_NOFILE, ({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])",
                     *argv]
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         wait_for(self._up, timeout=30, message="the gateway to serve /healthz")
 
     def _up(self) -> bool:
@@ -109,7 +110,7 @@ class ServedGateway:
         return [int(p) for p in children]
 
     def stop(self) -> None:
-        stop_process(self.proc, timeout=15)
+        kill_group(self.proc)  # the master and its workers
         self._log.close()
 
 

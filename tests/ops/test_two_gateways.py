@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from services.line_controller.service import LineControllerService
 from tests.support.ports import free_port
-from tests.support.processes import stop_process
+from tests.support.processes import kill_group
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -35,14 +35,15 @@ def gateways(db_url, nameko_config, tmp_path):
                    "LINECTL_COMMAND_WAIT_SECONDS": "10"}
             log = open(tmp_path / f"gateway{n}.log", "wb")
             procs.append((subprocess.Popen([sys.executable, "-m", "gateway", "--name", f"gateway{n}"],
-                                           env=env, stdout=log, stderr=subprocess.STDOUT), log))
+                                           env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True), log))
             bases.append(f"http://127.0.0.1:{port}")
         for (proc, _), base in zip(procs, bases, strict=True):
             wait_for(lambda p=proc, b=base: _serves(p, b), 60, 0.1, f"{base}/healthz")
         yield bases
     finally:
         for proc, log in procs:
-            stop_process(proc, timeout=15)
+            kill_group(proc)
             log.close()
 
 

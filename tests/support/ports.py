@@ -1,11 +1,11 @@
 """Free TCP ports for the servers the tests start.
 
-Each pytest-xdist worker hands out ports from a block of its own, below the
+Each shard of the suite (tests/run_suite.py) hands out ports from a block of its own, below the
 kernel's ephemeral range (``ip_local_port_range``, 32768 and up on Linux):
-two workers never pick the same port, and no outgoing connection's local port
+two shards never pick the same port, and no outgoing connection's local port
 (always drawn from the ephemeral range) can take a picked port between the
 pick and the server's bind, as a port the kernel chose for ``bind(0)`` could.
-Within a worker the ports go round the block, so one test's several servers
+Within a shard the ports go round the block, so one test's several servers
 get different ports, and a port is handed out only if nothing holds it now.
 """
 
@@ -17,14 +17,13 @@ import random
 import socket
 
 FIRST_PORT = 20000
-BLOCK = 1500  # ports per worker: 8 workers end at 32000, below the ephemeral range
+BLOCK = 1500  # ports per shard: 8 shards end at 32000, below the ephemeral range
 
 
 def worker_index() -> int:
-    """0 for the only process (no xdist) or xdist's ``gw0``; ``gwN`` is N."""
-    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    digits = name.removeprefix("gw")
-    return int(digits) if digits.isdigit() else 0
+    """The shard's number (``LINECTL_TEST_SHARD``, from 0); 0 for a plain pytest run."""
+    raw = os.environ.get("LINECTL_TEST_SHARD", "0")
+    return int(raw) if raw.isdigit() else 0
 
 
 def _block() -> range:

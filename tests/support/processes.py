@@ -3,6 +3,8 @@ fixture started for its test."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,18 @@ def stop_process(proc: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and every child it started, and reap it. For a test's
+    servers (started with ``start_new_session=True``, so they lead their own
+    process group): a test that is about a clean stop stops them itself; at
+    teardown a graceful stop (gunicorn's, Chromium's) only costs seconds."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 class Started:

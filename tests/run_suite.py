@@ -1,0 +1,132 @@
+"""The suite in parallel: ``python -m tests.run_suite [pytest arguments]``.
+
+Why not pytest-xdist: every test process monkey-patches eventlet (nameko needs
+it), and execnet, which carries xdist's messages, does not survive that: its
+receiver is a real thread waking green primitives (the worker hangs), and
+patched before execnet starts it writes to regular files through epoll
+(EPERM). So the suite is split by pytest-split (``--splits N --group i``, by
+the durations recorded in ``tests/.test_durations``) into N plain pytest
+processes that share nothing but the machine:
+
+- each has its own PostgreSQL server (embedded) or its own databases on
+  ``LINECTL_TEST_DATABASE_URL``'s server, all cloned from its own migrated
+  template (tests/support/db.py names them by pid);
+- its own block of ports (``LINECTL_TEST_SHARD``, tests/support/ports.py);
+- its own temporary directories, RabbitMQ vhost and data directories.
+
+Each shard's output is printed when it ends; then the whole run's counts and
+its slowest tests (from each shard's JUnit report). The exit status is the
+worst shard's. ``LINECTL_TEST_SHARDS`` sets N (default 3: the suite mostly
+waits, on 2 cores three processes keep both busy); ``--store-durations``
+rewrites ``tests/.test_durations`` from this run, to rebalance the split.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = ROOT / "tests" / ".test_durations"
+DEFAULT_SHARDS = 3
+SLOWEST = 25
+
+
+def shard_count() -> int:
+    raw = os.environ.get("LINECTL_TEST_SHARDS", str(DEFAULT_SHARDS))
+    if not raw.isdigit() or not 1 <= int(raw) <= 8:
+        sys.exit(f"LINECTL_TEST_SHARDS must be 1..8, not {raw!r}")
+    return int(raw)
+
+
+def start_shard(index: int, shards: int, args: list[str], work: Path) -> subprocess.Popen:
+    durations = work / f"durations-{index}.json"
+    durations.write_text(DURATIONS.read_text() if DURATIONS.exists() else "{}")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+            "--splits", str(shards), "--group", str(index), "--splitting-algorithm", "least_duration",
+            f"--durations-path={durations}", "--store-durations",
+            f"--junitxml={work / f'junit-{index}.xml'}", f"--durations={SLOWEST}", *args]
+    log = open(work / f"shard-{index}.log", "wb")
+    env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1)}
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def junit_cases(path: Path) -> list[ET.Element]:
+    try:
+        return list(ET.parse(path).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return []
+
+
+def outcome(case: ET.Element) -> str:
+    for tag, name in (("failure", "failed"), ("error", "errors"), ("skipped", "skipped")):
+        if case.find(tag) is not None:
+            return name
+    return "passed"
+
+
+def summary(work: Path, shards: int, elapsed: float) -> None:
+    cases = [c for i in range(1, shards + 1) for c in junit_cases(work / f"junit-{i}.xml")]
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[outcome(case)] = counts.get(outcome(case), 0) + 1
+    slowest = sorted(cases, key=lambda c: float(c.get("time", 0)), reverse=True)[:SLOWEST]
+    print(f"\n==== the whole suite: {shards} shards, {elapsed:.0f} s of wall time ====")
+    print(f"slowest {len(slowest)} tests (setup + call + teardown):")
+    for case in slowest:
+        print(f"  {float(case.get('time', 0)):7.2f}s  {case.get('classname')}::{case.get('name')}")
+    print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" in {elapsed:.1f}s")
+
+
+def store_durations(work: Path, shards: int) -> None:
+    merged: dict[str, float] = {}
+    for index in range(1, shards + 1):
+        merged.update(json.loads((work / f"durations-{index}.json").read_text()))
+    DURATIONS.write_text(json.dumps(merged, sort_keys=True, indent=1) + "\n")
+    print(f"stored {len(merged)} test durations in {DURATIONS.relative_to(ROOT)}")
+
+
+def main(argv: list[str]) -> int:
+    store = "--store-durations" in argv
+    args = [a for a in argv if a != "--store-durations"]
+    shards = shard_count()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="linectl-suite-") as tmp:
+        work = Path(tmp)
+        running = {i: start_shard(i, shards, args, work) for i in range(1, shards + 1)}
+        print(f"running the suite in {shards} shards (logs in {work})", flush=True)
+        codes: dict[int, int] = {}
+        try:
+            while running:
+                for index, proc in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    codes[index] = proc.returncode
+                    del running[index]
+                    print(f"\n==== shard {index}/{shards} ended ({proc.returncode}) after "
+                          f"{time.monotonic() - started:.0f} s ====", flush=True)
+                    sys.stdout.write((work / f"shard-{index}.log").read_text(errors="replace"))
+                    sys.stdout.flush()
+                time.sleep(0.2)  # polling a few child processes; nothing to synchronise with
+        except KeyboardInterrupt:
+            for proc in running.values():
+                proc.terminate()
+            raise
+        summary(work, shards, time.monotonic() - started)
+        if store:
+            store_durations(work, shards)
+    # 5: "no tests collected" in a shard that got none of a small selection.
+    worst = max((0 if code == 5 else code) for code in codes.values())
+    if all(code == 5 for code in codes.values()):
+        worst = 5
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
