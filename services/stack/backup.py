@@ -84,8 +84,11 @@ def tool_major(path: str) -> int | None:
 
 
 def candidate_bin_dirs(major: int, embedded_bin_dir: Path | None, pg_bin: Path | None) -> list[Path]:
-    """Where client binaries of PostgreSQL ``major`` may be, best first."""
-    dirs = [pg_bin] if pg_bin else []
+    """Where client binaries of PostgreSQL ``major`` may be, best first; a directory
+    the user named (``--pg-bin``) is the only one."""
+    if pg_bin:
+        return [pg_bin]
+    dirs = []
     if embedded_bin_dir is not None:
         dirs.append(embedded_bin_dir)
     dirs.append(Path(f"/usr/lib/postgresql/{major}/bin"))

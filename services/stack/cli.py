@@ -194,7 +194,7 @@ def cmd_backup(settings: Settings, args) -> int:
         if server is not None and server.started_here:
             server.stop()
     print(f"linectl backup: {mask_url(url)} (schema {revision}) "
-          f"-> {target}")
+          f"-> {target} (with {bin_dir / 'pg_dump'})")
     print("keep with it: the AI credential key, the tokens and (embedded) the database password; "
           "see docs/operations.md, \"Backup and restore\"")
     return 0
@@ -219,7 +219,8 @@ def cmd_restore(settings: Settings, args) -> int:
         if server is not None and server.started_here:
             server.stop()
     print(f"linectl restore: {args.file} -> {mask_url(url)} (schema {revision}); "
-          "`linectl up` (or `linectl migrate`) brings the schema to this version's head")
+          "`linectl up` (or `linectl migrate`) brings the schema to this version's head "
+          f"(with {bin_dir / 'pg_restore'})")
     return 0
 
 
