@@ -37,10 +37,18 @@ def database_url(settings: Settings, *, start_embedded: bool = True) -> tuple[st
 
 
 def cmd_migrate(settings: Settings, args) -> int:
-    from services.stack.migrate import upgrade
+    from services.stack.migrate import is_lock_timeout, upgrade
 
     url, _server = database_url(settings)
-    upgrade(url, args.revision)
+    try:
+        upgrade(url, args.revision, lock_timeout=args.lock_timeout)
+    except Exception as exc:
+        if not is_lock_timeout(exc):
+            raise
+        print(f"linectl migrate: a table stayed locked by another session for longer than the lock "
+              f"timeout ({args.lock_timeout or '5s'}); nothing was changed. Run it again, or when that "
+              f"session ends: {str(getattr(exc, 'orig', exc)).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
     print(f"database: {mask_url(url)} migrated to {args.revision}")
     return 0
 
@@ -307,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
+            p.add_argument("--lock-timeout", default=None,
+                           help="how long a migration waits for a table lock, e.g. 5s (the default) or 500ms")
         if name in ("purge", "retention"):
             days = functools.partial(_int_range, 1, MAX_RETENTION_DAYS)
             p.add_argument("--event-days", type=days, help="days of events and handled messages kept "
