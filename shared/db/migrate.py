@@ -8,17 +8,22 @@ from alembic import command
 from alembic.config import Config
 
 
-def alembic_config(database_url: str, script_location: str) -> Config:
+def alembic_config(database_url: str, script_location: str, lock_timeout: str | None = None) -> Config:
+    """``lock_timeout``: how long a migration waits for a table lock (PostgreSQL's
+    syntax, ``5s``; the migrations' env.py has the default)."""
     cfg = Config()
     cfg.set_main_option("script_location", script_location)
+    if lock_timeout:
+        cfg.set_main_option("lock_timeout", lock_timeout)
     # '%' must be doubled for ConfigParser interpolation.
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg
 
 
-def upgrade(database_url: str, script_location: str, revision: str = "head") -> None:
+def upgrade(database_url: str, script_location: str, revision: str = "head",
+            lock_timeout: str | None = None) -> None:
     """Alembic upgrade, then the writer roles' grants on every table (``shared.db.roles``)."""
-    command.upgrade(alembic_config(database_url, script_location), revision)
+    command.upgrade(alembic_config(database_url, script_location, lock_timeout), revision)
     apply_roles(database_url)
 
 
