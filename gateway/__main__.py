@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import resource
+import signal
 import sys
 import warnings
 
@@ -33,10 +34,21 @@ warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 import nameko.standalone.events  # noqa: E402,F401 - see the module docstring
 import nameko.standalone.rpc  # noqa: E402,F401
 from gunicorn.app.base import BaseApplication  # noqa: E402
+from gunicorn.arbiter import Arbiter  # noqa: E402
 
 from gateway.app import create_app  # noqa: E402
 from gateway.context import gateway_context  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
+
+
+class GatewayArbiter(Arbiter):
+    """gunicorn's master, but SIGHUP makes every worker re-read the tokens file
+    instead of gunicorn's reload (new workers, the old ones stopped: every open
+    websocket would drop, and the settings would not be read again anyway)."""
+
+    def handle_hup(self):
+        self.log.info("SIGHUP: the workers re-read the tokens")
+        self.kill_workers(signal.SIGHUP)
 
 
 class GatewayServer(BaseApplication):
@@ -52,12 +64,28 @@ class GatewayServer(BaseApplication):
         for key, value in self.options.items():
             self.cfg.set(key, value)
         self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("post_worker_init", self._post_worker_init)
 
     def load(self):
         app = create_app(self.settings)
         gateway_context(app).start_background()
         self.apps.append(app)
         return app
+
+    def run(self):
+        try:
+            GatewayArbiter(self).run()
+        except RuntimeError as exc:  # as BaseApplication.run: gunicorn's start-up errors
+            print(f"\nError: {exc}\n", file=sys.stderr)
+            sys.exit(1)
+
+    def _post_worker_init(self, _worker):
+        # After gunicorn's own signal set-up, which leaves SIGHUP at its default (exit).
+        def reread_tokens(_signum, _frame):
+            for app in self.apps:
+                gateway_context(app).tokens.request_refresh()
+
+        signal.signal(signal.SIGHUP, reread_tokens)
 
     def _worker_exit(self, _server, _worker):
         for app in self.apps:

@@ -1,6 +1,7 @@
 """Bearer-token auth with roles (operator, platform, runtime, admin).
 
-Tokens come from settings (``LINECTL_TOKENS``). They are compared in constant
+Tokens come from settings (``LINECTL_TOKENS``, or a tokens file the process
+re-reads when it changes: ``gateway.tokens``). They are compared in constant
 time against every configured token and never logged. ``admin`` may do
 everything. 401 ``UNAUTHORIZED`` without a valid token, 403 ``FORBIDDEN`` for a
 valid token of the wrong role.
@@ -9,12 +10,12 @@ valid token of the wrong role.
 from __future__ import annotations
 
 import functools
-import hmac
 
 from flask import g, request
 
 from gateway.context import gateway_context
 from gateway.errors import ApiError
+from gateway.tokens import token_key
 from shared.events import ACTOR_NOTE_SEPARATOR
 
 
@@ -29,14 +30,7 @@ def _token_from_request() -> str | None:
 
 def holder_for(token: str | None):
     """The token's :class:`~shared.config.TokenHolder`, or None."""
-    if not token:
-        return None
-    found = None
-    for known, holder in gateway_context().settings.tokens.items():
-        # No early exit: the time taken does not depend on which token matched.
-        if hmac.compare_digest(known.encode(), token.encode()):
-            found = holder
-    return found
+    return gateway_context().tokens.holder_for(token)
 
 
 def _note(raw: str) -> str:
@@ -48,7 +42,8 @@ def authenticate(*roles: str) -> str:
     """The caller's role; raises 401/403 unless it is one of ``roles`` or admin.
     ``g.actor`` is the token's holder (its name, else its role): what audit rows
     record. A self-asserted ``X-Actor`` rides along as a note, never as the actor."""
-    holder = holder_for(_token_from_request())
+    token = _token_from_request()
+    holder = holder_for(token)
     if holder is None:
         raise ApiError(401, "UNAUTHORIZED", "a valid bearer token is required",
                        {"WWW-Authenticate": 'Bearer realm="linectl"'})
@@ -57,6 +52,7 @@ def authenticate(*roles: str) -> str:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role
     g.holder = holder.name
+    g.token_key = token_key(token)  # what a websocket keeps, to be closed when the token is revoked
     note = _note(request.headers.get("X-Actor", ""))
     g.actor = f"{holder.name}{ACTOR_NOTE_SEPARATOR}{note}" if note else holder.name
     return role

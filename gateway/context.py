@@ -14,6 +14,7 @@ from flask import Flask, current_app
 from sqlalchemy.orm import sessionmaker
 
 from gateway import errors, metrics
+from gateway.tokens import TokenStore
 from services.ai_jobs.queue import AiJobQueue
 from services.ai_jobs.sweeper import ExpirySweeper
 from shared.config import Settings, nameko_config
@@ -40,13 +41,21 @@ class GatewayContext:
     hub: object = None  # gateway.stream_hub.StreamHub, started by stream_hub()
     watch: object = None  # gateway.service_watch.ServiceWatch, made by service_watch()
     ai: AiJobQueue = None
+    tokens: TokenStore = None  # made from the settings' tokens by __post_init__
     sweeper: ExpirySweeper = None  # started by start_background() in a serving process
     _lock: threading.Lock = None
 
+    def __post_init__(self):
+        if self.tokens is None:
+            self.tokens = TokenStore(self.settings.tokens, self.settings.tokens_file)
+
     def start_background(self) -> None:
-        """What a serving process runs beside its requests: the AI expiry sweeper."""
+        """What a serving process runs beside its requests: the AI expiry sweeper and
+        the tokens file's watch (so that streams of a revoked token close though no
+        request comes)."""
         if self.sweeper is None:
             self.sweeper = ExpirySweeper(self.ai).start()
+        self.tokens.watch()
 
     def rpc_pool(self):
         if self.rpc is None:
@@ -100,8 +109,10 @@ class GatewayContext:
                                    send_timeout=s.ws_send_timeout_seconds)
                 self.hub = StreamHub(lambda after, limit: read_log(self.db, after, limit), limits,
                                      on_count=self.metrics.ws_clients.set,
-                                     on_fanout=self.metrics.ws_fanout.observe).start()
+                                     on_fanout=self.metrics.ws_fanout.observe,
+                                     authorised=self.tokens.knows).start()
                 self._relay().add_listener(self.hub)
+                self.tokens.add_listener(self.hub.revoke)
         return self.hub
 
     def _relay(self):
@@ -112,7 +123,7 @@ class GatewayContext:
         return self.relay
 
     def close(self) -> None:
-        for part in (self.relay, self.hub, self.sweeper):
+        for part in (self.relay, self.hub, self.sweeper, self.tokens):
             if part is not None:
                 part.stop()
         if self.watch is not None:

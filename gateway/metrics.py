@@ -39,6 +39,8 @@ class LineSnapshot:
     line_controller: dict | None = None
     hardware: dict | None = None
     ai_jobs: dict[str, int] | None = None
+    ai_queue: dict | None = None  # services.ai_jobs.repository.queue_figures
+    database: dict | None = None  # gateway.api.health.line_figures; None: unreachable
 
 
 def _histogram(name, doc, label, snapshot) -> HistogramMetricFamily:
@@ -86,6 +88,39 @@ class LineCollector:
             for state, n in sorted(snap.ai_jobs.items()):
                 depth.add_metric([state], n)
             yield depth
+        if snap.ai_queue is not None:
+            yield GaugeMetricFamily("linectl_ai_oldest_pending_seconds",
+                                    "age of the oldest pending AI job (0 when none waits)",
+                                    value=snap.ai_queue["oldestPendingSeconds"])
+            finished = GaugeMetricFamily("linectl_ai_jobs_finished_15m",
+                                         "AI jobs that finished in the last 15 minutes, by state",
+                                         labels=["state"])
+            for state, n in sorted(snap.ai_queue["finishedLately"].items()):
+                finished.add_metric([state], n)
+            yield finished
+        yield from _database_families(snap.database)
+
+
+def _database_families(db: dict | None):
+    """What the scrape read from the line's tables; only ``linectl_database_up 0``
+    when the database did not answer."""
+    yield GaugeMetricFamily("linectl_database_up", "1 when the database answered this scrape",
+                            value=1 if db is not None else 0)
+    if db is None:
+        return
+    if db["lastEventAgeSeconds"] is not None:
+        yield GaugeMetricFamily("linectl_last_event_age_seconds", "seconds since the newest event_log row",
+                                value=db["lastEventAgeSeconds"])
+    yield GaugeMetricFamily("linectl_manual_actions_open", "manual actions waiting for an operator",
+                            value=db["openManualActions"])
+    yield GaugeMetricFamily("linectl_manual_action_oldest_open_seconds",
+                            "age of the oldest open manual action (0 when none is open)",
+                            value=db["oldestOpenManualActionSeconds"])
+    orders = GaugeMetricFamily("linectl_work_orders", "work orders not finished, by status",
+                               labels=["status"])
+    for status, n in db["workOrders"].items():
+        orders.add_metric([status], n)
+    yield orders
 
 
 def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], label: str, stats: dict):

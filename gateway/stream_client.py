@@ -34,6 +34,9 @@ CLOSE_TRY_AGAIN_LATER = 1013
 INBOUND_MESSAGES_PER_SECOND = 16  # x max_message_bytes: 64 KiB/s at the default
 INBOUND_BURST_MESSAGES = 256  # x max_message_bytes: 1 MiB at the default
 CLOSE_POLICY_VIOLATION = 1008
+# The token the stream was opened with is revoked (4000-4999: the application's
+# own codes; 4401 mirrors HTTP 401). A client reconnects only with another token.
+CLOSE_TOKEN_REVOKED = 4401
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -108,6 +111,7 @@ class StreamClient:
     pong_due: bool = False
     watching_write: bool = False
     closed: bool = False
+    credential: object = None  # the token's key (gateway.tokens.token_key), for revocation
 
     def enqueue(self, seq: int | None, data: bytes, bounded: bool = True) -> None:
         if self.closing:
@@ -129,6 +133,20 @@ class StreamClient:
         """Too far behind: drop what is not on the wire, tell it where to resume, close."""
         if self.closing:
             return
+        resume = self._drop_unsent()
+        self.last = resume
+        self.enqueue(None, encode({"type": "overflow", "resumeAfter": resume}))
+        self.queue_close(CLOSE_TRY_AGAIN_LATER, "too far behind; resume with ?after=")
+
+    def revoke(self) -> None:
+        """Its token was revoked: nothing more is sent but the close."""
+        if self.closing:
+            return
+        self._drop_unsent()
+        self.queue_close(CLOSE_TOKEN_REVOKED, "token revoked")
+
+    def _drop_unsent(self) -> int:
+        """Drop every queued frame not yet on the wire; the seq the client will have read."""
         resume = self.sent_seq
         kept = collections.deque()
         if self.out and self.head_sent:
@@ -142,9 +160,7 @@ class StreamClient:
         self.out_bytes = sum(len(d) for _, d in kept) - self.head_sent
         self.out_frames = len(kept)
         self.pending.clear()
-        self.last = resume
-        self.enqueue(None, encode({"type": "overflow", "resumeAfter": resume}))
-        self.queue_close(CLOSE_TRY_AGAIN_LATER, "too far behind; resume with ?after=")
+        return resume
 
     def queue_close(self, code: int, reason: str) -> None:
         self.queue_close_frame(CloseConnection(code=code, reason=reason))

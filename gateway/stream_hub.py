@@ -54,9 +54,13 @@ class StreamHub:
     """Serves every websocket of one gateway process from one thread."""
 
     def __init__(self, read_log, limits: HubLimits = HubLimits(), *, on_count=None,
-                 on_fanout=None, log_threads: int = 4):
+                 on_fanout=None, authorised=None, log_threads: int = 4):
         self.read_log = read_log  # (after, limit) -> [frame dict], ordered by seq
         self.limits = limits
+        # credential -> still accepted? Asked on the hub thread when a stream is
+        # adopted, so a token revoked between the handshake and the adoption is
+        # caught there (a later revocation comes as revoke()).
+        self.authorised = authorised or (lambda credential: True)
         self.on_count = on_count or (lambda n: None)  # open streams, after each change
         self.on_fanout = on_fanout or (lambda s: None)  # seconds from the relay to every socket
         self._selector = selectors.DefaultSelector()
@@ -97,9 +101,14 @@ class StreamHub:
     def open_streams(self) -> int:
         return self._slots
 
-    def adopt(self, sock: socket.socket, conn, after: int) -> None:
-        """Take over a handshaken websocket (its slot was reserved) streaming from ``after``."""
-        self._post(("adopt", sock, conn, after))
+    def adopt(self, sock: socket.socket, conn, after: int, credential=None) -> None:
+        """Take over a handshaken websocket (its slot was reserved) streaming from
+        ``after``; ``credential`` names the token it was opened with."""
+        self._post(("adopt", sock, conn, after, credential))
+
+    def revoke(self, credentials) -> None:
+        """Close (4401) every stream opened with one of these credentials."""
+        self._post(("revoke", frozenset(credentials)))
 
     def on_frames(self, frames: list[dict]) -> None:
         """The relay's live events (one transaction's frames, in seq order)."""
@@ -163,7 +172,7 @@ class StreamHub:
             self._next_timers = now + TICK_SECONDS
             self._check_timers(now)
 
-    def _on_adopt(self, sock, conn, after: int) -> None:
+    def _on_adopt(self, sock, conn, after: int, credential=None) -> None:
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -175,7 +184,7 @@ class StreamHub:
         now = time.monotonic()
         client = StreamClient(sock=sock, conn=conn, last=after, sent_seq=after, progress_at=now,
                               inbound_budget=self.limits.inbound_burst, inbound_at=now,
-                              limits=self.limits)
+                              limits=self.limits, credential=credential)
         try:
             self._selector.register(sock, selectors.EVENT_READ, client)
         except (ValueError, OSError):
@@ -184,7 +193,17 @@ class StreamHub:
             return
         self._clients.add(client)
         self.on_count(len(self._clients))
+        if not self.authorised(credential):
+            client.revoke()
+            self._flush(client)
+            return
         self._read_log(client)
+
+    def _on_revoke(self, credentials: frozenset) -> None:
+        for client in list(self._clients):
+            if client.credential in credentials and not client.closing:
+                client.revoke()
+                self._flush(client)
 
     def _remember(self, seq: int, data: bytes) -> None:
         if seq not in self._encoded:

@@ -17,6 +17,8 @@ size, send timeout, queue bound). A client that falls behind gets
 reconnects with ``?after=<resumeAfter>``. A client resuming from a seq that
 retention has purged first gets ``{"type": "gap", "from": first missing, "to":
 last missing}``. Beyond the cap, the handshake is refused with 503 at once.
+A stream whose token is revoked (``gateway.tokens``) is closed with 4401
+``token revoked`` within about a second.
 permessage-deflate is never negotiated: an inflated frame has no size bound
 before it is inflated.
 """
@@ -128,7 +130,7 @@ def stream(ws):
     own = held.dup()
     with socket.socket(held.family, held.type) as placeholder:
         os.dup2(placeholder.fileno(), held.fileno())
-    hub.adopt(own, ws.ws, g.ws_after)
+    hub.adopt(own, ws.ws, g.ws_after, g.token_key)  # closed (4401) when the token is revoked
     ws.connected = False  # flask-sock's close() is then a no-op: the hub owns the stream
 
 

@@ -55,6 +55,10 @@ class Settings:
     sim_speed: float = 1.0
     tokens: Mapping[str, TokenHolder] = dataclasses.field(default_factory=dict)  # token -> holder
     tokens_generated: bool = False
+    # Where the tokens were read from (LINECTL_TOKENS_FILE, else the data directory's
+    # generated file): the gateway re-reads it on change and on SIGHUP. None for
+    # LINECTL_TOKENS, which changes only with a restart.
+    tokens_file: Path | None = None
     ai_lock_seconds: int = 60
     ai_timeout_seconds: int = 120
     ai_retry_backoff_seconds: float = 2.0
@@ -239,6 +243,23 @@ def parse_tokens(name: str, raw: str) -> dict[str, TokenHolder]:
     return tokens
 
 
+def parse_tokens_file(name: str, text: str) -> dict[str, TokenHolder]:
+    """A tokens file: ``role:token`` or ``role:name:token`` pairs, separated by
+    commas or newlines; blank lines and lines starting with ``#`` are ignored."""
+    lines = (line.strip() for line in text.splitlines())
+    return parse_tokens(name, ",".join(line for line in lines if line and not line.startswith("#")))
+
+
+def read_tokens_file(path: Path, name: str = "TOKENS_FILE") -> dict[str, TokenHolder]:
+    """The tokens ``path`` holds; :class:`SettingsError` naming the variable and the
+    path when it cannot be read or parsed."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{PREFIX}{name}: cannot read {path}: {exc.__class__.__name__}") from None
+    return parse_tokens_file(f"{name} ({path})", text)
+
+
 def _bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "on", "yes"):
@@ -269,6 +290,7 @@ _PARSERS = {
     "SIM_PORT": ("sim_port", lambda n, r: _int(n, r, 1, 65535)),
     "SIM_SPEED": ("sim_speed", lambda n, r: _float(n, r, 0.0, 10000.0)),
     "TOKENS": ("tokens", parse_tokens),
+    "TOKENS_FILE": ("tokens_file", lambda n, r: Path(r.strip()).expanduser()),
     "AI_LOCK_SECONDS": ("ai_lock_seconds", lambda n, r: _int(n, r, 1, 86400)),
     "AI_TIMEOUT_SECONDS": ("ai_timeout_seconds", lambda n, r: _int(n, r, 1, 86400)),
     "AI_RETRY_BACKOFF_SECONDS": ("ai_retry_backoff_seconds", lambda n, r: _float(n, r, -1.0, 3600.0)),
@@ -323,12 +345,18 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         field, parser = _PARSERS[key]
         values[field] = parser(key, text)
 
+    if values.get("tokens_file") is not None:
+        if values.get("tokens"):
+            raise SettingsError(f"{PREFIX}TOKENS_FILE: set it or {PREFIX}TOKENS, not both")
+        values["tokens"] = read_tokens_file(values["tokens_file"])
+
     settings = Settings(**values)
     return settings
 
 
 def ensure_tokens(settings: Settings) -> Settings:
-    """Tokens from settings, else from ``<data_dir>/tokens``, else generated there.
+    """Tokens from settings, else from ``<data_dir>/tokens``, else generated there
+    (then that file is ``tokens_file``: the gateway re-reads it when it changes).
 
     Generated tokens are written once (mode 0600) and reported by the caller;
     they are never logged.
@@ -337,13 +365,13 @@ def ensure_tokens(settings: Settings) -> Settings:
         return settings
     path = Path(settings.data_dir) / "tokens"
     if path.exists():
-        return settings.replace(tokens=parse_tokens("TOKENS", path.read_text()))
+        return settings.replace(tokens=read_tokens_file(path, "TOKENS"), tokens_file=path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pairs = ",".join(f"{role}:{secrets.token_urlsafe(24)}" for role in ROLES)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(pairs + "\n")
-    return settings.replace(tokens=parse_tokens("TOKENS", pairs), tokens_generated=True)
+    return settings.replace(tokens=parse_tokens("TOKENS", pairs), tokens_generated=True, tokens_file=path)
 
 
 def mask_url(url: str) -> str:

@@ -49,16 +49,44 @@ def line_controller_status() -> tuple[dict | None, str | None]:
     return service_status(LINE_CONTROLLER)
 
 
-def ai_job_counts() -> dict[str, int] | None:
+def ai_queue_figures() -> dict | None:
     try:
-        return gateway_context().ai.counts()
+        return gateway_context().ai.figures()
     except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
         return None
 
 
+# What the alert rules need from the line's tables, in one round trip: the newest
+# event's age (the primary key's last entry), the open manual actions and the
+# oldest one's age, and the orders that are not finished (each by its index).
+_LINE_FIGURES = text(
+    "SELECT (SELECT extract(epoch FROM now() - at) FROM event_log ORDER BY seq DESC LIMIT 1),"
+    " (SELECT count(*) FROM manual_action WHERE status = 'OPEN'),"
+    " (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM manual_action"
+    "  WHERE status = 'OPEN'),"
+    " (SELECT coalesce(json_object_agg(status, n), '{}') FROM (SELECT status, count(*) AS n"
+    "  FROM work_order WHERE status IN ('CREATED', 'RUNNING', 'PAUSED') GROUP BY status) o)")
+OPEN_ORDER_STATUSES = ("CREATED", "RUNNING", "PAUSED")
+
+
+def line_figures() -> dict | None:
+    """The line's figures from the database, or None when it does not answer."""
+    try:
+        with gateway_context().db() as session:
+            event_age, open_actions, oldest_action, orders = session.execute(_LINE_FIGURES).one()
+    except Exception as exc:  # noqa: BLE001 - any failure: linectl_database_up 0
+        log.info("metrics: the database did not answer: %r", exc)
+        return None
+    return {"lastEventAgeSeconds": None if event_age is None else float(event_age),
+            "openManualActions": int(open_actions), "oldestOpenManualActionSeconds": float(oldest_action),
+            "workOrders": {status: int(orders.get(status, 0)) for status in OPEN_ORDER_STATUSES}}
+
+
 def line_snapshot() -> LineSnapshot:
+    ai = ai_queue_figures()
     return LineSnapshot(line_controller=line_controller_status()[0],
-                        hardware=service_status(HARDWARE)[0], ai_jobs=ai_job_counts())
+                        hardware=service_status(HARDWARE)[0],
+                        ai_jobs=ai["byStatus"] if ai else None, ai_queue=ai, database=line_figures())
 
 
 @blp.route("/readyz")

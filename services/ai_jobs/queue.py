@@ -125,6 +125,10 @@ class AiJobQueue:
     def counts(self) -> dict[str, int]:
         return self._read(repo.counts_by_status)
 
+    def figures(self) -> dict:
+        """Depth by status, the oldest pending job's age, jobs finished lately (for /metrics)."""
+        return self._read(repo.queue_figures)
+
     # -- the runtimes' side ------------------------------------------------------------
 
     def poll(self, runtime_id, capabilities, limit=20, claim=False, serves=None) -> list[dict]:

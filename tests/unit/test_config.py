@@ -141,3 +141,51 @@ def test_the_example_env_file_is_refused_as_it_ships():
     line = next(x for x in example.read_text().splitlines() if x.startswith("LINECTL_TOKENS="))
     with pytest.raises(SettingsError, match="placeholder"):
         load_settings({"LINECTL_TOKENS": line.split("=", 1)[1]})
+
+
+def test_a_tokens_file_is_read_with_comments_and_one_pair_a_line(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("# rotated 2024-05-01\noperator:alice:op-secret-000000001\n\n"
+                    "admin:admin-secret-00000001,runtime:rt-secret-000000001\n")
+    s = load_settings({"LINECTL_TOKENS_FILE": str(path)})
+    assert s.tokens_file == path
+    assert {t: (h.role, h.name) for t, h in s.tokens.items()} == {
+        "op-secret-000000001": ("operator", "alice"),
+        "admin-secret-00000001": ("admin", "admin"),
+        "rt-secret-000000001": ("runtime", "runtime"),
+    }
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "cannot read"),
+    ("", "no role:token pair"),
+    ("# only a comment\n", "no role:token pair"),
+    ("operator:short\n", "shorter than 16"),
+    ("boss:abcdefghijklmnopq\n", "unknown role"),
+])
+def test_a_bad_tokens_file_is_refused_at_start_naming_the_variable_and_the_file(tmp_path, content, why):
+    path = tmp_path / "tokens"
+    if content is not None:
+        path.write_text(content)
+    err = refused({"LINECTL_TOKENS_FILE": str(path)})
+    assert str(err.value).startswith("LINECTL_TOKENS_FILE") and str(path) in str(err.value)
+    assert why in str(err.value)
+    assert "short\n" not in str(err.value)
+
+
+def test_tokens_and_a_tokens_file_are_not_both_set(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("operator:op-secret-000000001\n")
+    err = refused({"LINECTL_TOKENS_FILE": str(path), "LINECTL_TOKENS": "admin:admin-secret-00000001"})
+    assert "not both" in str(err.value)
+
+
+def test_the_data_dirs_tokens_file_is_the_one_to_watch(tmp_path):
+    from shared.config import ensure_tokens
+
+    generated = ensure_tokens(load_settings({"LINECTL_DATA_DIR": str(tmp_path)}))
+    assert generated.tokens_file == tmp_path / "tokens"
+    assert ensure_tokens(load_settings({"LINECTL_DATA_DIR": str(tmp_path)})).tokens_file == tmp_path / "tokens"
+    fixed = ensure_tokens(load_settings({"LINECTL_DATA_DIR": str(tmp_path),
+                                         "LINECTL_TOKENS": "admin:admin-secret-00000001"}))
+    assert fixed.tokens_file is None  # LINECTL_TOKENS changes with a restart only

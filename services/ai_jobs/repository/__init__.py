@@ -42,10 +42,10 @@ from services.ai_jobs.repository.platform import (
 )
 from services.ai_jobs.repository.results import submit_result
 from services.ai_jobs.repository.rows import JOB_COLUMNS
-from services.ai_jobs.repository.stats import RECENT_FAILURES, counts_by_status, queue_stats
+from services.ai_jobs.repository.stats import RECENT_FAILURES, counts_by_status, queue_figures, queue_stats
 
 __all__ = [
-    "JOB_COLUMNS", "RECENT_FAILURES", "cancel_job", "counts_by_status", "create_credential",
+    "JOB_COLUMNS", "RECENT_FAILURES", "cancel_job", "counts_by_status", "queue_figures", "create_credential",
     "create_job", "create_snapshot", "credential_for_runtime", "expire_due", "expire_if_any_due",
     "get_job", "heartbeat", "list_jobs", "lock", "poll", "poll_params", "poll_sql", "queue_stats",
     "rerun_job", "revoke_user", "snapshot_for_runtime", "submit_result",

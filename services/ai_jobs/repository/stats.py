@@ -26,6 +26,31 @@ _RECENT_FAILURES = text(
     "ORDER BY j.finished_at DESC, j.id LIMIT :n")
 
 
+# What /metrics reports beside the depth by status (gateway.metrics): how long the
+# oldest pending job has waited (the poll index holds only pending rows) and how
+# the jobs that finished lately ended (the finished_at index). Gauges over a fixed
+# window rather than counters: retention deletes old jobs, and a count of rows
+# that shrinks would read as a counter reset.
+FINISHED_WINDOW_MINUTES = 15
+_OLDEST_PENDING = text(
+    "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM ai_runtime_job"
+    " WHERE status = 'pending'")
+_FINISHED_LATELY = text(
+    "SELECT status, count(*) FROM ai_runtime_job"
+    f" WHERE finished_at > now() - interval '{FINISHED_WINDOW_MINUTES} minutes' GROUP BY status")
+FINISHED_STATUSES = ("succeeded", "failed", "cancelled")  # "expired" is transitional
+
+
+def queue_figures(session) -> dict:
+    """The queue's figures for /metrics: depth by status, the oldest pending job's
+    age in seconds, and jobs finished in the last FINISHED_WINDOW_MINUTES by status."""
+    finished = {status: 0 for status in FINISHED_STATUSES}
+    finished.update({status: n for status, n in session.execute(_FINISHED_LATELY)})
+    return {"byStatus": counts_by_status(session),
+            "oldestPendingSeconds": float(session.execute(_OLDEST_PENDING).scalar_one()),
+            "finishedLately": finished}
+
+
 def counts_by_status(session) -> dict[str, int]:
     rows = session.execute(text("SELECT status, count(*) FROM ai_runtime_job GROUP BY status"))
     return {status: n for status, n in rows}
