@@ -18,6 +18,11 @@ sockets. Nothing here needs green threads: nameko's standalone
 are plain blocking-socket code, correct on real threads. nameko (and with it
 eventlet) is imported here at module level, in the main thread before any
 worker thread exists, never lazily in a thread.
+
+Metrics add up across the workers (``gateway.metrics``): each keeps its values
+in files under ``<LINECTL_DATA_DIR>/gateway-metrics/<port>``, emptied when the
+master has bound its port (so only the gateway that holds the port clears it)
+and before the first worker starts; a worker that exits is marked dead there.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import logging
 import resource
 import sys
 import warnings
+from pathlib import Path
 
 warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 
@@ -34,6 +40,7 @@ import nameko.standalone.events  # noqa: E402,F401 - see the module docstring
 import nameko.standalone.rpc  # noqa: E402,F401
 from gunicorn.app.base import BaseApplication  # noqa: E402
 
+from gateway import metrics  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.context import gateway_context  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
@@ -42,9 +49,10 @@ from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E
 class GatewayServer(BaseApplication):
     """gunicorn as a library; ``load()`` runs in each worker after the fork."""
 
-    def __init__(self, settings, options: dict):
+    def __init__(self, settings, options: dict, metrics_dir: Path):
         self.settings = settings
         self.options = options
+        self.metrics_dir = metrics_dir
         self.apps = []
         super().__init__()
 
@@ -52,6 +60,15 @@ class GatewayServer(BaseApplication):
         for key, value in self.options.items():
             self.cfg.set(key, value)
         self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("when_ready", self._when_ready)
+        self.cfg.set("child_exit", self._child_exit)
+
+    def _when_ready(self, _arbiter):
+        # In the master, after the bind and before any worker: this start's counts only.
+        metrics.clean_worker_files(self.metrics_dir)
+
+    def _child_exit(self, _arbiter, worker):
+        metrics.worker_exited(worker.pid, self.metrics_dir)
 
     def load(self):
         app = create_app(self.settings)
@@ -126,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         "keepalive": 5,
         "loglevel": settings.log_level.lower(),
     }
-    GatewayServer(settings, options).run()
+    metrics_dir = Path(settings.data_dir).resolve() / "gateway-metrics" / str(settings.http_port)
+    metrics.use_worker_files(metrics_dir)
+    GatewayServer(settings, options, metrics_dir).run()
     return 0
 
 
