@@ -1,5 +1,7 @@
 """``python -m gateway --name gateway``: serve the gateway with gunicorn
 (``gthread`` workers, as a library) on ``LINECTL_HTTP_HOST:LINECTL_HTTP_PORT``.
+The worker is ``gateway.edge_worker.EnvelopeWorker``: gthread, with the
+requests gunicorn refuses answered in the JSON error envelope.
 
 ``LINECTL_GATEWAY_WORKERS`` processes (default one per core) share the port.
 Each builds its own app after the fork (its own DB pools, RPC pool, event
@@ -43,6 +45,7 @@ from gunicorn.app.base import BaseApplication  # noqa: E402
 from gateway import metrics  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.context import gateway_context  # noqa: E402
+from gateway.errors import REQUEST_LIMITS  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
 
 
@@ -134,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     options = {
         "bind": f"{settings.http_host}:{settings.http_port}",
         "workers": settings.gateway_worker_count,
-        "worker_class": "gthread",
+        # gthread, answering gunicorn's own refusals in the error envelope
+        "worker_class": "gateway.edge_worker.EnvelopeWorker",
+        **REQUEST_LIMITS,
         "threads": args.threads or settings.gateway_threads,
         "worker_connections": http_connections,
         "proc_name": args.name,
