@@ -1,5 +1,7 @@
 """``python -m gateway --name gateway``: serve the gateway with gunicorn
 (``gthread`` workers, as a library) on ``LINECTL_HTTP_HOST:LINECTL_HTTP_PORT``.
+The worker is ``gateway.edge_worker.EnvelopeWorker``: gthread, with the
+requests gunicorn refuses answered in the JSON error envelope.
 
 ``LINECTL_GATEWAY_WORKERS`` processes (default one per core) share the port.
 Each builds its own app after the fork (its own DB pools, RPC pool, event
@@ -18,6 +20,11 @@ sockets. Nothing here needs green threads: nameko's standalone
 are plain blocking-socket code, correct on real threads. nameko (and with it
 eventlet) is imported here at module level, in the main thread before any
 worker thread exists, never lazily in a thread.
+
+Metrics add up across the workers (``gateway.metrics``): each keeps its values
+in files under ``<LINECTL_DATA_DIR>/gateway-metrics/<port>``, emptied when the
+master has bound its port (so only the gateway that holds the port clears it)
+and before the first worker starts; a worker that exits is marked dead there.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import resource
 import signal
 import sys
 import warnings
+from pathlib import Path
 
 warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 
@@ -36,8 +44,10 @@ import nameko.standalone.rpc  # noqa: E402,F401
 from gunicorn.app.base import BaseApplication  # noqa: E402
 from gunicorn.arbiter import Arbiter  # noqa: E402
 
+from gateway import metrics  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.context import gateway_context  # noqa: E402
+from gateway.errors import REQUEST_LIMITS  # noqa: E402
 from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
 
 
@@ -54,9 +64,10 @@ class GatewayArbiter(Arbiter):
 class GatewayServer(BaseApplication):
     """gunicorn as a library; ``load()`` runs in each worker after the fork."""
 
-    def __init__(self, settings, options: dict):
+    def __init__(self, settings, options: dict, metrics_dir: Path):
         self.settings = settings
         self.options = options
+        self.metrics_dir = metrics_dir
         self.apps = []
         super().__init__()
 
@@ -65,6 +76,15 @@ class GatewayServer(BaseApplication):
             self.cfg.set(key, value)
         self.cfg.set("worker_exit", self._worker_exit)
         self.cfg.set("post_worker_init", self._post_worker_init)
+        self.cfg.set("when_ready", self._when_ready)
+        self.cfg.set("child_exit", self._child_exit)
+
+    def _when_ready(self, _arbiter):
+        # In the master, after the bind and before any worker: this start's counts only.
+        metrics.clean_worker_files(self.metrics_dir)
+
+    def _child_exit(self, _arbiter, worker):
+        metrics.worker_exited(worker.pid, self.metrics_dir)
 
     def load(self):
         app = create_app(self.settings)
@@ -145,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     options = {
         "bind": f"{settings.http_host}:{settings.http_port}",
         "workers": settings.gateway_worker_count,
-        "worker_class": "gthread",
+        # gthread, answering gunicorn's own refusals in the error envelope
+        "worker_class": "gateway.edge_worker.EnvelopeWorker",
+        **REQUEST_LIMITS,
         "threads": args.threads or settings.gateway_threads,
         "worker_connections": http_connections,
         "proc_name": args.name,
@@ -154,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         "keepalive": 5,
         "loglevel": settings.log_level.lower(),
     }
-    GatewayServer(settings, options).run()
+    metrics_dir = Path(settings.data_dir).resolve() / "gateway-metrics" / str(settings.http_port)
+    metrics.use_worker_files(metrics_dir)
+    GatewayServer(settings, options, metrics_dir).run()
     return 0
 
 

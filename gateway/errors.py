@@ -2,7 +2,9 @@
 
 Views raise :class:`ApiError` (or call :func:`fail`); werkzeug's HTTP errors
 and webargs' validation errors are translated here, so bad input never turns
-into a 5xx and every response has the same shape.
+into a 5xx and every response has the same shape. What gunicorn refuses
+before the app sees it (a request line or headers beyond its limits, a
+malformed request) gets the same envelope from ``gateway.edge_worker``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 
 import psycopg2.errors
 from flask import jsonify, request
+from gunicorn.http import errors as gunicorn_http
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -28,9 +31,11 @@ _CODES = {
     405: "METHOD_NOT_ALLOWED",
     409: "CONFLICT",
     413: "PAYLOAD_TOO_LARGE",
+    414: "URI_TOO_LONG",
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "VALIDATION_ERROR",
     429: "TOO_MANY_REQUESTS",
+    431: "HEADERS_TOO_LARGE",
     503: "UNAVAILABLE",
     504: "TIMEOUT",
 }
@@ -49,8 +54,13 @@ def fail(status: int, code: str, message: str):
     raise ApiError(status, code, message)
 
 
+def envelope(code: str, message: str) -> dict:
+    """The one shape of every error body (also written by ``gateway.edge_worker``)."""
+    return {"error": {"code": code, "message": message}}
+
+
 def error_response(status: int, code: str, message: str, headers: dict | None = None):
-    resp = jsonify({"error": {"code": code, "message": message}})
+    resp = jsonify(envelope(code, message))
     resp.status_code = status
     for k, v in (headers or {}).items():
         resp.headers[k] = v
@@ -87,6 +97,64 @@ def handle_http_exception(error: HTTPException):
     if status >= 500:
         log.error("HTTP %s: %s", status, message)
     return error_response(status, code, message, data.get("headers"))
+
+
+# The bounds gunicorn reads a request within (its defaults, named because they
+# are the gateway's contract at the edge, docs/operations.md): the request
+# line, the header count, one header's size.
+REQUEST_LIMITS = {
+    "limit_request_line": 4094,
+    "limit_request_fields": 100,
+    "limit_request_field_size": 8190,
+}
+
+# What gunicorn's parser refuses, in the order checked:
+# (what it raised, status, reason phrase, code, message).
+_REQUEST_REFUSALS = (
+    (gunicorn_http.LimitRequestLine, 414, "URI Too Long", "URI_TOO_LONG",
+     f"request line: longer than {REQUEST_LIMITS['limit_request_line']} bytes"),
+    (gunicorn_http.LimitRequestHeaders, 431, "Request Header Fields Too Large", "HEADERS_TOO_LARGE",
+     f"headers: more than {REQUEST_LIMITS['limit_request_fields']} fields, or one longer than"
+     f" {REQUEST_LIMITS['limit_request_field_size']} bytes"),
+    (gunicorn_http.UnsupportedTransferCoding, 501, "Not Implemented", "NOT_IMPLEMENTED",
+     "Transfer-Encoding: only chunked is supported"),
+    (gunicorn_http.ExpectationFailed, 417, "Expectation Failed", "EXPECTATION_FAILED",
+     "Expect: only 100-continue is supported"),
+    (gunicorn_http.ForbiddenProxyRequest, 403, "Forbidden", "FORBIDDEN",
+     "proxy headers from an untrusted address"),
+    ((gunicorn_http.InvalidRequestLine, gunicorn_http.InvalidRequestMethod, gunicorn_http.InvalidHTTPVersion),
+     400, "Bad Request", "VALIDATION_ERROR", "request line: not a valid HTTP/1.x request line"),
+    ((gunicorn_http.InvalidHeader, gunicorn_http.InvalidHeaderName, gunicorn_http.ObsoleteFolding,
+      gunicorn_http.InvalidSchemeHeaders), 400, "Bad Request", "VALIDATION_ERROR", "headers: a header is malformed"),
+    ((gunicorn_http.InvalidChunkSize, gunicorn_http.ChunkMissingTerminator, gunicorn_http.InvalidChunkExtension),
+     400, "Bad Request", "VALIDATION_ERROR", "body: malformed chunked encoding"),
+    ((gunicorn_http.InvalidProxyLine, gunicorn_http.InvalidH2CPreface), 400, "Bad Request", "VALIDATION_ERROR",
+     "request: not a valid HTTP/1.x request"),
+)
+# Raised while writing the app's response, or by gunicorn's settings: the server's fault.
+_SERVER_FAULTS = (gunicorn_http.InvalidResponseHeader, gunicorn_http.InvalidResponseHeaderName,
+                  gunicorn_http.ConfigurationProblem)
+
+
+def request_refusal(exc: BaseException) -> tuple[int, str, str, str] | None:
+    """(status, reason phrase, code, message) for a request gunicorn's parser
+    refused, or None when ``exc`` is not the client's fault."""
+    if isinstance(exc, _SERVER_FAULTS):
+        return None
+    for kinds, status, reason, code, message in _REQUEST_REFUSALS:
+        if isinstance(exc, kinds):
+            return status, reason, code, message
+    return None
+
+
+def handle_unreadable_request(error: gunicorn_http.ParseException):
+    """gunicorn's parser failing while a view reads the body (a malformed chunk)."""
+    refused = request_refusal(error)
+    if refused is None:
+        return handle_unexpected(error)
+    status, _reason, code, message = refused
+    log.info("unreadable request body: %s", type(error).__name__)
+    return error_response(status, code, message)
 
 
 def handle_api_error(error: ApiError):
@@ -132,6 +200,7 @@ def register(app, api=None) -> None:
     app.register_error_handler(OperationalError, handle_database_down)
     app.register_error_handler(AiJobError, handle_ai_refusal)
     app.register_error_handler(PoolTimeout, handle_pool_exhausted)
+    app.register_error_handler(gunicorn_http.ParseException, handle_unreadable_request)
     app.register_error_handler(Exception, handle_unexpected)
     if api is not None:
         # flask-smorest registers its own HTTPException handler; ours wins.

@@ -7,29 +7,70 @@ query). One scrape target for the whole stack: the services need no HTTP
 port of their own, and a service that does not answer shows as
 ``linectl_service_up{service=...} 0`` instead of a missing target.
 
-Each app has its own registry (several apps in one test process must not clash)."""
+Each app has its own registry (several apps in one test process must not clash).
+
+**Across gateway workers** (``python -m gateway`` with several gunicorn
+workers; a scrape reaches one of them): prometheus_client's multiprocess mode.
+The master calls :func:`use_worker_files` before it forks, so every worker
+keeps its own counters, histograms and gauges in files of its own under one
+directory, and a scrape of any worker reads them all (``MultiProcessCollector``):
+counters and histograms are summed over every worker that ever ran since the
+start, a dead worker's counts included, so a restarted worker loses nothing;
+the open-websocket gauge is summed over the live workers only
+(``livesum``: :func:`worker_exited` drops a dead one's). The line's figures
+are not per worker: the scraping worker gathers them itself (``LineCollector``)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from flask import Flask, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name for the directory
+
+
+def use_worker_files(directory: Path) -> None:
+    """Metrics made in this process and its children from now on keep their
+    values in files under ``directory`` (gunicorn's master, before it forks).
+    prometheus_client picks its value class when it is imported, from the
+    environment; the directory is known only once the settings are read."""
+    os.environ[MULTIPROCESS_ENV] = str(directory)
+    values.ValueClass = values.MultiProcessValue()
+
+
+def clean_worker_files(directory: Path) -> None:
+    """An empty directory for a new start: the files of an earlier run would add
+    its counts to this one's."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, mode=0o700)
+
+
+def worker_exited(pid: int, directory: Path) -> None:
+    """A worker's live gauges no longer count; its counters and histograms still do."""
+    multiprocess.mark_process_dead(pid, str(directory))
+
+
+def worker_files() -> Path | None:
+    """The directory every worker's values are kept in, or None in a single process."""
+    if getattr(values.ValueClass, "_multiprocess", False) and os.environ.get(MULTIPROCESS_ENV):
+        return Path(os.environ[MULTIPROCESS_ENV])
+    return None
 
 
 @dataclass
 class GatewayMetrics:
-    registry: CollectorRegistry
+    registry: CollectorRegistry  # what a scrape renders
     requests: Counter
     latency: Histogram
     ws_clients: Gauge
     ws_fanout: Histogram
-    loop_lag: Gauge
-    loop_queue: Gauge
-    loop_up: Gauge
     line: LineCollector
 
 
@@ -66,6 +107,13 @@ class LineCollector:
         up.add_metric(["hardware"], 1 if snap.hardware else 0)
         yield up
         lc = snap.line_controller or {}
+        yield GaugeMetricFamily("linectl_line_controller_up", "1 when the line_controller answered status()",
+                                value=1 if snap.line_controller else 0)
+        if snap.line_controller:
+            yield GaugeMetricFamily("linectl_loop_lag_seconds", "event-loop lag reported by the line_controller",
+                                    value=float(lc.get("lagSeconds") or 0))
+            yield GaugeMetricFamily("linectl_loop_queue_length", "messages waiting in the loop",
+                                    value=float(lc.get("queueLength") or 0))
         if lc.get("handling"):
             yield from _timed_with_failures(
                 ("linectl_loop_message_seconds", "time to handle one loop message"),
@@ -133,35 +181,32 @@ def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], 
 
 
 def create() -> GatewayMetrics:
-    reg = CollectorRegistry()
+    own = CollectorRegistry()  # this process's metric objects (several apps in one process must not clash)
+    directory = worker_files()
+    if directory is None:
+        scrape = own
+    else:  # every worker's values, from their files
+        scrape = CollectorRegistry()
+        multiprocess.MultiProcessCollector(scrape, path=str(directory))
     line = LineCollector()
-    reg.register(line)
+    scrape.register(line)
     return GatewayMetrics(
-        registry=reg,
+        registry=scrape,
         requests=Counter("linectl_http_requests", "HTTP requests",
-                         ["method", "endpoint", "status"], registry=reg),
+                         ["method", "endpoint", "status"], registry=own),
         latency=Histogram("linectl_http_request_seconds", "HTTP request latency",
-                          ["method", "endpoint"], registry=reg,
+                          ["method", "endpoint"], registry=own,
                           buckets=(.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)),
-        ws_clients=Gauge("linectl_websocket_clients", "connected websocket clients", registry=reg),
+        ws_clients=Gauge("linectl_websocket_clients", "connected websocket clients", registry=own,
+                         multiprocess_mode="livesum"),
         ws_fanout=Histogram("linectl_websocket_fanout_seconds",
                             "from the relay's event to its frame handed to every open socket",
-                            registry=reg, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1)),
-        loop_lag=Gauge("linectl_loop_lag_seconds", "event-loop lag reported by the line_controller",
-                       registry=reg),
-        loop_queue=Gauge("linectl_loop_queue_length", "messages waiting in the loop", registry=reg),
-        loop_up=Gauge("linectl_line_controller_up", "1 when the line_controller answered status()",
-                      registry=reg),
+                            registry=own, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1)),
         line=line,
     )
 
 
 def render(m: GatewayMetrics, snapshot: LineSnapshot) -> bytes:
-    status = snapshot.line_controller
-    m.loop_up.set(1 if status else 0)
-    if status:
-        m.loop_lag.set(float(status.get("lagSeconds") or 0))
-        m.loop_queue.set(float(status.get("queueLength") or 0))
     m.line.snapshot = snapshot
     return generate_latest(m.registry)
 

@@ -14,6 +14,13 @@
 
 Both are per process, behind locks: a caller that finds an answer being
 fetched waits for that answer instead of asking again.
+
+After a transport or database error (:meth:`ServiceWatch.saw_trouble`; the
+watch notes its own) no positive answer fetched before it is trusted: the next
+caller asks again. A PostgreSQL restart drops every service's transport
+session, so a "running, answering" from before it says nothing about now.
+Negative answers stay cached for their TTL: during an outage a burst of probes
+must not each wait out a connect or an RPC timeout.
 """
 
 from __future__ import annotations
@@ -52,6 +59,17 @@ class ServiceWatch:
         self._status_locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, dict | None, str | None]] = {}
         self._guard = threading.Lock()
+        self._trouble_at = float("-inf")  # the last transport or database error seen
+
+    def saw_trouble(self) -> None:
+        """A transport or database error was seen: ask afresh before saying "fine"."""
+        self._trouble_at = time.monotonic()
+
+    def _usable(self, at: float, ttl: float, positive: bool) -> bool:
+        # A positive answer is dated when its question was put, so one in flight
+        # across an error counts as from before it; a negative one when it came,
+        # so a slow failure is still kept for its whole TTL.
+        return time.monotonic() - at < ttl and (not positive or at > self._trouble_at)
 
     # -- presence ---------------------------------------------------------------
 
@@ -63,11 +81,12 @@ class ServiceWatch:
         a worker process that looked while it was away.
         """
         with self._presence_lock:
-            at, count = self._presence.get(service, (0.0, None))
-            if time.monotonic() - at < self.presence_ttl and not (recheck_absent and count == 0):
+            at, count = self._presence.get(service, (float("-inf"), None))
+            if self._usable(at, self.presence_ttl, bool(count)) and not (recheck_absent and count == 0):
                 return count
+            asked_at = time.monotonic()
             count = self._ask_transport(rpc_queue(service))
-            self._presence[service] = (time.monotonic(), count)
+            self._presence[service] = (asked_at if count else time.monotonic(), count)
             return count
 
     def _ask_transport(self, queue: str) -> int | None:
@@ -76,7 +95,8 @@ class ServiceWatch:
                 if self._conn is None:
                     self._conn = Connection(self.amqp_uri, connect_timeout=TRANSPORT_TIMEOUT,
                                             transport_options={"max_retries": 0})
-                    self._conn.ensure_connection(max_retries=1)
+                    # One retry at once: a probe reports an outage in connect time, not after a back-off.
+                    self._conn.ensure_connection(max_retries=1, interval_start=0)
                 channel = self._conn.default_channel
                 return channel.queue_declare(queue=queue, passive=True).consumer_count
             except Exception as exc:  # noqa: BLE001 - a missing queue or a lost connection
@@ -84,6 +104,7 @@ class ServiceWatch:
                     self._reset()  # the channel is closed after NOT_FOUND (AMQP)
                     return 0  # never declared: no service ever consumed it
                 log.info("asking the transport about %s failed: %r", queue, exc)
+                self.saw_trouble()
                 self._reset()
                 if attempt == 2:
                     return None
@@ -115,15 +136,17 @@ class ServiceWatch:
         with self._guard:
             lock = self._status_locks.setdefault(service, threading.Lock())
         with lock:
-            at, status, why = self._status.get(service, (0.0, None, None))
-            if time.monotonic() - at < self.status_ttl:
+            at, status, why = self._status.get(service, (float("-inf"), None, None))
+            if self._usable(at, self.status_ttl, status is not None):
                 return status, why
+            asked_at = time.monotonic()
             try:
                 status, why = self.status_of(service), None
             except Exception as exc:  # noqa: BLE001 - named, not echoed: exception text stays in the log
                 log.info("%s status failed: %r", service, exc)
+                self.saw_trouble()
                 status, why = None, f"{service} (not answering)"
-            self._status[service] = (time.monotonic(), status, why)
+            self._status[service] = (asked_at if status is not None else time.monotonic(), status, why)
             return status, why
 
     def close(self) -> None:

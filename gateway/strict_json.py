@@ -34,10 +34,20 @@ def _constant(name: str):
     raise StrictJsonError("body", f"{name} is not JSON")
 
 
-def _int(literal: str) -> int:
+class _BeyondInt64:
+    """Stands in for an integer literal beyond 64 bits until :func:`check`,
+    which knows the field it sits in (the parser's hook does not)."""
+
+    __slots__ = ()
+
+
+_BEYOND_INT64 = _BeyondInt64()
+
+
+def _int(literal: str) -> int | _BeyondInt64:
     digits = literal.lstrip("-")
     if len(digits) > _INT_DIGITS or not INT_MIN <= (value := int(literal)) <= INT_MAX:
-        raise StrictJsonError("body", "an integer beyond 64 bits")
+        return _BEYOND_INT64
     return value
 
 
@@ -64,8 +74,8 @@ def _field(path: list) -> str:
 
 
 def check(value, max_depth: int = MAX_DEPTH) -> None:
-    """Depth, and every string (keys too) free of NUL and lone surrogates;
-    iterative, so no input can exhaust the stack."""
+    """Depth, every integer within 64 bits, and every string (keys too) free
+    of NUL and lone surrogates; iterative, so no input can exhaust the stack."""
     stack = [(value, [], 1)]
     while stack:
         node, path, depth = stack.pop()
@@ -86,6 +96,8 @@ def check(value, max_depth: int = MAX_DEPTH) -> None:
             why = bad_text(node)
             if why:
                 raise StrictJsonError(_field(path), why)
+        elif node is _BEYOND_INT64:
+            raise StrictJsonError(_field(path), "an integer beyond 64 bits")
 
 
 def loads(data: bytes | str):

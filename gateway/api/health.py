@@ -5,7 +5,9 @@ down) and the data behind Prometheus metrics (``/metrics``, see
 gateway.metrics). Presence and status come from ``gateway.service_watch``:
 cached for a second at most and shared by concurrent callers, so probes and
 scrapes cost at most one status RPC per service per interval, and a killed
-service shows at once."""
+service shows at once. A database error seen here makes the watch ask afresh:
+after a PostgreSQL restart the services' transport sessions are new, or not
+back yet, whatever the cache says."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def _check_database() -> str | None:
             session.execute(text("SELECT 1"))
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
         log.info("database check failed: %r", exc)
+        gateway_context().service_watch().saw_trouble()
         return "database (unreachable)"
     return None
 
@@ -53,6 +56,7 @@ def ai_queue_figures() -> dict | None:
     try:
         return gateway_context().ai.figures()
     except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
+        gateway_context().service_watch().saw_trouble()
         return None
 
 

@@ -4,6 +4,7 @@ gets a 4xx, never a 5xx, and nothing changes (no row in any table, no event)."""
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from sqlalchemy import text
@@ -107,6 +108,39 @@ def test_refusals_name_the_field(client, ai_job):
     assert r.status_code == 400 and "NaN" in r.get_json()["error"]["message"]
     r = client.post("/api/work-orders", data=b'{"quantity": 99999999999999999999}', headers=HEADERS)
     assert r.status_code == 400 and "64 bits" in r.get_json()["error"]["message"]
+
+
+BEYOND_64_BITS = (str(2**64), str(-(2**63) - 1), "9" * 5000)  # literals, as a client writes them
+JOB = {"userId": "u1", "jobType": "quiz_generation", "targetType": "user", "targetId": "t1"}
+POLL = {"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]}
+# (field, route, the body around it); None: the field is a query parameter
+NAMED_INTEGERS = [
+    ("quantity", "/api/work-orders", {"productId": "SHAFT-B"}),
+    ("priority", "/api/work-orders", {"productId": "SHAFT-B", "quantity": 1}),
+    ("priority", "/api/ai/jobs", JOB),
+    ("maxRetryCount", "/api/ai/jobs", JOB),
+    ("timeoutSeconds", "/api/ai/jobs", JOB),
+    ("limit", "/internal/runtime/jobs/poll", POLL),
+    ("attemptNo", "/internal/runtime/jobs/j1/heartbeat", {"runtimeInstanceId": "r"}),
+    ("attemptNo", "/internal/runtime/jobs/j1/result", {"runtimeInstanceId": "r", "status": "failed"}),
+    ("limit", "/api/ai/jobs", None),
+    ("limit", "/api/work-orders", None),
+    ("after", "/api/events", None),
+]
+
+
+@pytest.mark.parametrize(("field", "route", "around"), [
+    pytest.param(*case, id=f"{case[0]} {'query' if case[2] is None else 'body'} {case[1]}") for case in NAMED_INTEGERS])
+def test_an_integer_beyond_64_bits_is_refused_naming_its_field(client, ai_job, field, route, around):
+    for value in BEYOND_64_BITS:
+        if around is None:
+            r = client.get(f"{route}?{field}={value}", headers=HEADERS)
+        else:
+            body = json.dumps({**around, field: 0}).replace(f'"{field}": 0', f'"{field}": {value}')
+            r = client.post(route, data=body, headers=HEADERS)
+        assert r.status_code == 400, (field, r.get_data(as_text=True)[:200])
+        error = r.get_json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and error["message"].startswith(f"{field}:"), error
 
 
 def test_a_body_over_1_mib_is_413(client):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,6 +34,20 @@ def admin_execute(server_url: str, *statements: str) -> None:
                 cur.execute(sql)
     finally:
         conn.close()
+
+
+@contextmanager
+def database_down(url: str):
+    """The database of ``url`` as if its server were down: every session to it
+    is cut and none is let in until the block ends (the server's other
+    databases, other tests', are untouched)."""
+    name = urlsplit(url).path.lstrip("/")
+    admin_execute(url, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false',
+                  f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+    try:
+        yield
+    finally:
+        admin_execute(url, f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
 
 class RowQueries:

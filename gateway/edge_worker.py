@@ -1,0 +1,44 @@
+"""The gateway's gunicorn worker: gthread, but what gunicorn refuses itself
+(before any app code runs) is answered in the JSON error envelope instead of
+gunicorn's HTML page.
+
+gunicorn reads the request line and headers within fixed bounds
+(``gateway.errors.REQUEST_LIMITS``) and refuses a request beyond them, or one
+it cannot parse, before the app sees it. Those bounds stay: raising them would not let
+the app see a 10 KB path (gunicorn caps the request line at 8190 bytes, or
+reads it without any bound), and a request the parser refuses never becomes a
+WSGI request. Only the answer changes: the same status gunicorn would give
+(414, 431, 400, 501, …), with ``{"error": {"code", "message"}}``, mapped by
+``gateway.errors.request_refusal`` (as is such an error met while a view reads
+a body). Faults on the server's side keep gunicorn's own handling.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gunicorn import util
+from gunicorn.workers.gthread import ThreadWorker
+
+from gateway.errors import envelope, request_refusal
+
+
+def refusal_response(status: int, reason: str, code: str, message: str) -> bytes:
+    body = json.dumps(envelope(code, message)).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nX-Content-Type-Options: nosniff\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class EnvelopeWorker(ThreadWorker):
+    def handle_error(self, req, client, addr, exc):
+        refused = request_refusal(exc)
+        if refused is None:
+            return super().handle_error(req, client, addr, exc)
+        # The kind only: gunicorn's text may quote a header, a token among them.
+        self.log.warning("refused a request from %s: %s", (addr or ("",))[0], type(exc).__name__)
+        try:
+            util.write_nonblock(client, refusal_response(*refused))
+        except Exception:  # noqa: BLE001 - the client may be gone; the connection closes anyway
+            self.log.debug("could not send the refusal")
+        return None
