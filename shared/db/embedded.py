@@ -47,7 +47,12 @@ def _bin(name: str) -> str:
 
 
 def _port_free(port: int) -> bool:
+    """Whether PostgreSQL could listen on ``port``. It binds with SO_REUSEADDR, so a
+    port that only has connections in TIME_WAIT (a server stopped a moment ago)
+    is free to it: bind the same way, or such a port looks taken and the server
+    moves to a random one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
