@@ -185,22 +185,34 @@ def _client_bin_dir(url: str, server, pg_bin: str | None) -> Path:
     return backup.find_bin_dir(major, backup.candidate_bin_dirs(major, embedded, pg_bin and Path(pg_bin)))
 
 
-def cmd_backup(settings: Settings, args) -> int:
-    """A consistent pg_dump (custom format) of the database the stack runs on."""
+def _on_the_database(settings: Settings, args, command: str, work):
+    """``work(url, bin_dir)`` on the database (the embedded server started for it and
+    stopped after, if it was not running); ``(url, bin_dir, schema revision)``, or
+    None once the error is printed."""
     from services.stack import backup
 
     url, server = database_url(settings)
     try:
         bin_dir = _client_bin_dir(url, server, args.pg_bin)
-        target = Path(args.file) if args.file else backup.default_backup_file(settings.data_dir)
-        backup.backup(url, target, bin_dir)
-        revision = backup.schema_revision(url)
+        work(url, bin_dir)
+        return url, bin_dir, backup.schema_revision(url)
     except backup.BackupError as exc:
-        print(f"linectl backup: {exc}", file=sys.stderr)
-        return 1
+        print(f"linectl {command}: {exc}", file=sys.stderr)
+        return None
     finally:
         if server is not None and server.started_here:
             server.stop()
+
+
+def cmd_backup(settings: Settings, args) -> int:
+    """A consistent pg_dump (custom format) of the database the stack runs on."""
+    from services.stack import backup
+
+    target = Path(args.file) if args.file else backup.default_backup_file(settings.data_dir)
+    done = _on_the_database(settings, args, "backup", lambda url, bin_dir: backup.backup(url, target, bin_dir))
+    if done is None:
+        return 1
+    url, bin_dir, revision = done
     print(f"linectl backup: {mask_url(url)} (schema {revision}) "
           f"-> {target} (with {bin_dir / 'pg_dump'})")
     print("keep with it: the AI credential key, the tokens and (embedded) the database password; "
@@ -214,18 +226,14 @@ def cmd_restore(settings: Settings, args) -> int:
     from services.stack import backup
     from shared.db.migrate import apply_roles
 
-    url, server = database_url(settings)
-    try:
-        bin_dir = _client_bin_dir(url, server, args.pg_bin)
+    def restore(url, bin_dir):
         backup.restore(url, Path(args.file), bin_dir, force=args.force)
         apply_roles(url)  # the dump carries no grants (--no-acl): the roles may not exist here
-        revision = backup.schema_revision(url)
-    except backup.BackupError as exc:
-        print(f"linectl restore: {exc}", file=sys.stderr)
+
+    done = _on_the_database(settings, args, "restore", restore)
+    if done is None:
         return 1
-    finally:
-        if server is not None and server.started_here:
-            server.stop()
+    url, bin_dir, revision = done
     print(f"linectl restore: {args.file} -> {mask_url(url)} (schema {revision}); "
           "`linectl up` (or `linectl migrate`) brings the schema to this version's head "
           f"(with {bin_dir / 'pg_restore'})")
