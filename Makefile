@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench soak lint install clean vendor
+.PHONY: run test bench soak lint install clean vendor test-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "linectl needs Python 3.11 or newer")'
@@ -55,6 +55,12 @@ vendor:
 	@# Chart.js's UMD build bundles @kurkle/color: its licence ships too.
 	cp $(STATIC)/node_modules/@kurkle/color/LICENSE.md $(STATIC)/vendor/kurkle-color-LICENSE.md
 	rm -rf $(STATIC)/node_modules
+
+# What only the tests use from npm (axe-core for the page's accessibility test),
+# exactly as tests/gateway/test-tools/package-lock.json pins it; .ci/run does this.
+test-tools:
+	cd tests/gateway/test-tools && npm ci --no-audit --no-fund
+	cd tests/opcua-tools && npm ci --no-audit --no-fund
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

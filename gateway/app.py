@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from flask import Flask, request, send_from_directory
+from flask import Flask, make_response, request
 from flask_smorest import Api
 
 from gateway import errors, metrics, schemas, strict_json, ws
@@ -35,6 +35,8 @@ from gateway.api import (
     stats,
 )
 from gateway.context import EXTENSION, GatewayContext
+from gateway.headers import MAX_BODY_BYTES, security_headers
+from gateway.runtime_lean import RuntimeLeanPath
 from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
 from shared.config import Settings
 from shared.db import roles
@@ -42,7 +44,6 @@ from shared.db.engine import make_engine, make_sessionmaker
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
-MAX_BODY_BYTES = 1024 * 1024  # the contract's 1 MiB; 413 beyond
 # AI requests are one short transaction each: a fixed pool per process serves
 # many threads; a request that cannot get a connection in time gets 503. No
 # overflow: overflow connections are opened and closed per request under load,
@@ -56,13 +57,6 @@ READ_STATEMENT_TIMEOUT_MS = 10_000
 
 # One blueprint per area, in registration order (the order of /openapi.json).
 AREAS = (health, session, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin)
-
-
-def _content_security_policy(host: str) -> str:
-    host = "".join(c for c in host if c.isalnum() or c in ".-:[]")  # never echo a header verbatim
-    return ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
-            f" connect-src 'self' ws://{host} wss://{host}; frame-ancestors 'none'; base-uri 'none';"
-            " form-action 'self'; object-src 'none'")
 
 
 class GatewayApi(Api):
@@ -105,18 +99,37 @@ def _strict_path_and_query():
 
 
 def _security_headers(response):
-    # The page must not be framed (clickjacking of "Confirm recovery"), run
-    # no inline or foreign script, and leak nothing in the Referer.
-    headers = response.headers
-    headers.setdefault("Content-Security-Policy", _content_security_policy(request.host))
-    headers.setdefault("X-Content-Type-Options", "nosniff")
-    headers.setdefault("Referrer-Policy", "no-referrer")
-    headers.setdefault("X-Frame-Options", "DENY")
+    for name, value in security_headers(request.host):
+        response.headers.setdefault(name, value)
     return response
 
 
+# The page's languages (gateway/static/i18n/<tag>.json), the first the default.
+PAGE_LANGUAGES = ("en", "zh-CN")
+
+
+def page_language(accept_language) -> str:
+    """The page's language for an ``Accept-Language`` header: the first range
+    (by quality) that is Chinese or English; any Chinese reads 简体中文 here."""
+    for tag, _quality in accept_language:
+        primary = tag.split("-")[0].lower()
+        if primary == "zh":
+            return "zh-CN"
+        if primary == "en":
+            return "en"
+    return PAGE_LANGUAGES[0]
+
+
 def _operator_page():
-    return send_from_directory(STATIC_DIR, "index.html")
+    # The page picks its language itself (?lang=, then the one remembered in the
+    # browser); it starts from <html lang>, set here from Accept-Language. Read
+    # each time: a few kB, and an edited page shows at once.
+    html = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    language = page_language(request.accept_languages)
+    response = make_response(html.replace('<html lang="en">', f'<html lang="{language}">', 1))
+    response.headers["Cache-Control"] = "no-cache"
+    response.vary.add("Accept-Language")
+    return response
 
 
 def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
@@ -144,4 +157,7 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         api.register_blueprint(area.blp)
     ws.init_app(app)
     app.add_url_rule("/", "operator_page", _operator_page, methods=["GET"])
+    # The runtimes' four hot POSTs skip Flask (gateway.runtime_lean); the rest,
+    # and the OpenAPI document of all, stay Flask's.
+    app.wsgi_app = RuntimeLeanPath(app.wsgi_app, ctx)
     return app

@@ -147,61 +147,53 @@ def request_refusal(exc: BaseException) -> tuple[int, str, str, str] | None:
     return None
 
 
-def handle_unreadable_request(error: gunicorn_http.ParseException):
-    """gunicorn's parser failing while a view reads the body (a malformed chunk)."""
-    refused = request_refusal(error)
-    if refused is None:
-        return handle_unexpected(error)
-    status, _reason, code, message = refused
-    log.info("unreadable request body: %s", type(error).__name__)
-    return error_response(status, code, message)
+def refusal_of(error: Exception, path: str = "") -> tuple[int, str, str, dict]:
+    """(status, code, message, headers) of any error a request raised: the one
+    mapping of refusals to HTTP, for the Flask handlers below and for the
+    runtime's lean path (``gateway.runtime_lean``) alike."""
+    if isinstance(error, ApiError):
+        return error.status, error.code, error.message, error.headers
+    if isinstance(error, AiJobError):
+        # The AI queue's refusals, mapped to the status its contract names (here only).
+        return AI_HTTP_STATUS.get(error.code, 409), error.code, error.message, {}
+    if isinstance(error, OperationalError):
+        if isinstance(error.orig, psycopg2.errors.QueryCanceled):
+            log.warning("a read ran into the statement timeout: %s", path)
+            return 503, "UNAVAILABLE", ("the database took too long to answer; "
+                                        "try again shortly, or ask for a shorter window"), {}
+        log.warning("database unavailable: %s", type(error.orig).__name__ if error.orig else error)
+        return 503, "UNAVAILABLE", "the database is unreachable; try again shortly", {}
+    if isinstance(error, PoolTimeout):
+        log.warning("database pool exhausted: %s", error)
+        return 503, "UNAVAILABLE", "the gateway is at its database capacity; try again shortly", {}
+    if isinstance(error, gunicorn_http.ParseException):
+        # gunicorn's parser failing while a view reads the body (a malformed chunk).
+        refused = request_refusal(error)
+        if refused is not None:
+            status, _reason, code, message = refused
+            log.info("unreadable request body: %s", type(error).__name__)
+            return status, code, message, {}
+    # What a malformed request can make a parser or driver raise, however it got
+    # past the edge's checks: the request is bad, not the server (logged loudly,
+    # since it means a check is missing).
+    if isinstance(error, _MALFORMED):
+        log.error("a malformed request got past validation: %r", error, exc_info=error)
+        return 400, "VALIDATION_ERROR", "body: the request could not be read", {}
+    log.error("unhandled error", exc_info=error)
+    return 500, "INTERNAL", "internal error; see the gateway log", {}
 
 
-def handle_api_error(error: ApiError):
-    return error_response(error.status, error.code, error.message, error.headers)
-
-
-def handle_database_down(error: OperationalError):
-    if isinstance(error.orig, psycopg2.errors.QueryCanceled):
-        log.warning("a read ran into the statement timeout: %s", request.path)
-        return error_response(503, "UNAVAILABLE", "the database took too long to answer; "
-                                                  "try again shortly, or ask for a shorter window")
-    log.warning("database unavailable: %s", type(error.orig).__name__ if error.orig else error)
-    return error_response(503, "UNAVAILABLE", "the database is unreachable; try again shortly")
-
-
-def handle_ai_refusal(error: AiJobError):
-    """The AI queue's refusals, mapped to the status its contract names (here only)."""
-    return error_response(AI_HTTP_STATUS.get(error.code, 409), error.code, error.message)
-
-
-def handle_pool_exhausted(error: PoolTimeout):
-    log.warning("database pool exhausted: %s", error)
-    return error_response(503, "UNAVAILABLE", "the gateway is at its database capacity; try again shortly")
-
-
-# What a malformed request can make a parser or driver raise, however it got
-# past the edge's checks: the request is bad, not the server (logged loudly,
-# since it means a check is missing).
 _MALFORMED = (ValueError, TypeError, UnicodeError, RecursionError, OverflowError, LookupError, DataError)
 
 
-def handle_unexpected(error: Exception):
-    if isinstance(error, _MALFORMED):
-        log.error("a malformed request got past validation: %r", error, exc_info=error)
-        return error_response(400, "VALIDATION_ERROR", "body: the request could not be read")
-    log.exception("unhandled error")
-    return error_response(500, "INTERNAL", "internal error; see the gateway log")
+def handle_refusal(error: Exception):
+    """Every error but werkzeug's HTTP errors: :func:`refusal_of`, as a response."""
+    return error_response(*refusal_of(error, request.path))
 
 
 def register(app, api=None) -> None:
-    app.register_error_handler(ApiError, handle_api_error)
     app.register_error_handler(HTTPException, handle_http_exception)
-    app.register_error_handler(OperationalError, handle_database_down)
-    app.register_error_handler(AiJobError, handle_ai_refusal)
-    app.register_error_handler(PoolTimeout, handle_pool_exhausted)
-    app.register_error_handler(gunicorn_http.ParseException, handle_unreadable_request)
-    app.register_error_handler(Exception, handle_unexpected)
+    app.register_error_handler(Exception, handle_refusal)
     if api is not None:
         # flask-smorest registers its own HTTPException handler; ours wins.
         api.handle_http_exception = handle_http_exception

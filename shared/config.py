@@ -53,6 +53,18 @@ class Settings:
     sim_host: str = "127.0.0.1"
     sim_port: int = 5020
     sim_speed: float = 1.0
+    # What the simulator speaks when LINECTL_PLC=sim: "modbus" or "opcua".
+    sim_protocol: str = "modbus"
+    # OPC UA client (deploy/OPCUA_MAP.md, "Security"): "" picks "none" for the
+    # simulator on loopback and "sign-and-encrypt" (Basic256Sha256) for a real PLC.
+    opcua_security: str = ""
+    opcua_user: str | None = None
+    opcua_password: str | None = None
+    # The client's certificate and key (PEM); unset -> generated once into <data_dir>/opcua/.
+    opcua_cert: Path | None = None
+    opcua_key: Path | None = None
+    # The server certificate to trust (PEM or DER); unset -> the one the server presents.
+    opcua_server_cert: Path | None = None
     tokens: Mapping[str, TokenHolder] = dataclasses.field(default_factory=dict)  # token -> holder
     tokens_generated: bool = False
     # Where the tokens were read from (LINECTL_TOKENS_FILE, else the data directory's
@@ -66,6 +78,9 @@ class Settings:
     command_wait_seconds: float = 2.0
     # A robot/tool step with no result by then suspends its job for the operator.
     step_timeout_seconds: float = 150.0
+    # A machine cycle running longer than this many times its cycleSeconds is
+    # overdue: an alarm and the operator's question (CYCLE_OVERDUE); never moved by itself.
+    cycle_overdue_factor: float = 3.0
     line_file: Path = dataclasses.field(default_factory=default_line_file)
     log_level: str = "INFO"
     log_format: str = "text"
@@ -106,8 +121,35 @@ class Settings:
         """Where the hardware service finds the PLC (the simulator when ``sim``)."""
         if self.plc == "sim":
             return self.sim_host, self.sim_port
+        if self.plc.startswith("opc.tcp://"):
+            netloc = urlsplit(self.plc).netloc
+            host, _, port = netloc.rpartition(":")
+            return host.strip("[]"), int(port)
         host, _, port = self.plc.rpartition(":")
         return host, int(port)
+
+    @property
+    def plc_protocol(self) -> str:
+        """"modbus" or "opcua": what the hardware service speaks to the PLC."""
+        if self.plc == "sim":
+            return self.sim_protocol
+        return "opcua" if self.plc.startswith("opc.tcp://") else "modbus"
+
+    @property
+    def plc_url(self) -> str:
+        """The device port's address: ``host:port`` (Modbus) or ``opc.tcp://…``."""
+        if self.plc != "sim":
+            return self.plc
+        if self.sim_protocol == "opcua":
+            return f"opc.tcp://{self.sim_host}:{self.sim_port}"
+        return f"{self.sim_host}:{self.sim_port}"
+
+    @property
+    def opcua_security_mode(self) -> str:
+        """"none" or "sign-and-encrypt": the configured one, else None only for the simulator."""
+        if self.opcua_security:
+            return self.opcua_security
+        return "none" if self.plc == "sim" else "sign-and-encrypt"
 
     def resolved_amqp_uri(self, database_url: str | None = None) -> str:
         """The message transport URI: explicit, else ``pgsql://`` on the database."""
@@ -176,9 +218,19 @@ def _plc(name: str, raw: str) -> str:
     raw = raw.strip()
     if raw == "sim":
         return raw
+    expected = "expected 'sim', host:port (Modbus TCP) or opc.tcp://host:port[/path] (OPC UA)"
+    if "://" in raw:
+        parts = urlsplit(raw)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "opc.tcp" or not parts.hostname or port is None or parts.query or parts.fragment:
+            raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
+        return raw
     host, sep, port = raw.rpartition(":")
     if not sep or not host:
-        raise SettingsError(f"{PREFIX}{name}: expected 'sim' or host:port, got {raw!r}")
+        raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
     _int(name, port, 1, 65535)
     return raw
 
@@ -289,6 +341,13 @@ _PARSERS = {
     "SIM_HOST": ("sim_host", lambda n, r: r.strip()),
     "SIM_PORT": ("sim_port", lambda n, r: _int(n, r, 1, 65535)),
     "SIM_SPEED": ("sim_speed", lambda n, r: _float(n, r, 0.0, 10000.0)),
+    "SIM_PROTOCOL": ("sim_protocol", lambda n, r: _choice(n, r, ("modbus", "opcua"))),
+    "OPCUA_SECURITY": ("opcua_security", lambda n, r: _choice(n, r, ("none", "sign-and-encrypt"))),
+    "OPCUA_USER": ("opcua_user", lambda n, r: r.strip() or None),
+    "OPCUA_PASSWORD": ("opcua_password", lambda n, r: r or None),
+    "OPCUA_CERT": ("opcua_cert", lambda n, r: Path(r.strip()).expanduser()),
+    "OPCUA_KEY": ("opcua_key", lambda n, r: Path(r.strip()).expanduser()),
+    "OPCUA_SERVER_CERT": ("opcua_server_cert", lambda n, r: Path(r.strip()).expanduser()),
     "TOKENS": ("tokens", parse_tokens),
     "TOKENS_FILE": ("tokens_file", lambda n, r: Path(r.strip()).expanduser()),
     "AI_LOCK_SECONDS": ("ai_lock_seconds", lambda n, r: _int(n, r, 1, 86400)),
@@ -297,6 +356,7 @@ _PARSERS = {
     "AI_CREDENTIAL_KEY": ("ai_credential_key", _fernet_key),
     "COMMAND_WAIT_SECONDS": ("command_wait_seconds", lambda n, r: _float(n, r, 0.0, 300.0)),
     "STEP_TIMEOUT_SECONDS": ("step_timeout_seconds", lambda n, r: _float(n, r, 1.0, 86400.0)),
+    "CYCLE_OVERDUE_FACTOR": ("cycle_overdue_factor", lambda n, r: _float(n, r, 0.01, 1000.0)),
     "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
     "LOG_LEVEL": ("log_level", lambda n, r: _choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
     "LOG_FORMAT": ("log_format", lambda n, r: _choice(n, r, ("text", "json"))),

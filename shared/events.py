@@ -22,6 +22,8 @@ the line_controller uses to recognise a redelivered event)::
                       "details": {...}?}
     PalletArrived    {"count": 4}
     PlcConnection    {"connected": false, "error": "..."}
+                     {"connected": true, "plcState": {...}}  # plc_state() as just read
+    RobotFault       {"fault": 8 | null, "observedAt": "..."}
 
 line_controller → gateway (nameko event ``line_events``)
 -------------------------------------------------------
@@ -45,11 +47,15 @@ TOOL_ACTION_SUCCEEDED = "ToolActionSucceeded"
 TOOL_ACTION_FAILED = "ToolActionFailed"
 MACHINE_START_SUCCEEDED = "MachineStartSucceeded"
 MACHINE_START_FAILED = "MachineStartFailed"
+# An aborted cycle (the pieces stay in their slots, nothing reports done).
+MACHINE_ABORT_SUCCEEDED = "MachineAbortSucceeded"
+MACHINE_ABORT_FAILED = "MachineAbortFailed"
 
 WORKER_RESULTS = (
     ROBOT_ACTION_SUCCEEDED, ROBOT_ACTION_FAILED,
     TOOL_ACTION_SUCCEEDED, TOOL_ACTION_FAILED,
     MACHINE_START_SUCCEEDED, MACHINE_START_FAILED,
+    MACHINE_ABORT_SUCCEEDED, MACHINE_ABORT_FAILED,
 )
 
 # -- hardware → line_controller: PLC signals --------------------------------------
@@ -61,7 +67,10 @@ PLC_CONNECTION = "PlcConnection"
 # A machine's fault register changed: ``{"machineId", "fault": code | None, "observedAt"}``.
 MACHINE_FAULT = "MachineFault"
 
-PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION, MACHINE_FAULT)
+# The robot's fault register changed (an emergency stop holds it): ``{"fault": code | None, "observedAt"}``.
+ROBOT_FAULT = "RobotFault"
+
+PLC_SIGNALS = (MACHINE_DONE, INSPECTION_RESULT, PALLET_ARRIVED, PLC_CONNECTION, MACHINE_FAULT, ROBOT_FAULT)
 
 # Dispatched once by every hardware service start: ``{"instanceId", "plcState"}``.
 # Actions the previous instance had accepted will never report: the
@@ -74,6 +83,12 @@ HARDWARE_STARTED = "HardwareStarted"
 HARDWARE_STOPPING = "HardwareStopping"
 # The error code of an accepted action that never reached the PLC (nothing moved).
 NOT_EXECUTED = "NOT_EXECUTED"
+# The PLC never acknowledged the action (unreachable, or the robot stopped):
+# it did not happen; the line_controller sends it again once the PLC answers.
+NOT_SENT = "NOT_SENT"
+# The PLC acknowledged the action, then the connection broke and the PLC came
+# back without it (restarted): whether it happened is unknown; asked at once.
+OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
 
 # Robot action codes (the ``action`` field of results; the hardware RPC names).
 DOCK_TO_BUFFER = "DOCK_TO_BUFFER"
@@ -83,6 +98,7 @@ SWAP = "SWAP"
 SCAN = "SCAN"
 MARK = "MARK"
 START_MACHINE = "START_MACHINE"
+ABORT_CYCLE = "ABORT_CYCLE"  # stop a machine's running cycles (one overdue)
 BUFFER_TO_DOCK = "BUFFER_TO_DOCK"  # a finished piece leaves the cell
 
 # RPC context data (a nameko header) naming the line_controller instance that sends
@@ -97,6 +113,8 @@ HW_ERROR_CODES = (
     "SOURCE_EMPTY",         # the PLC found no piece at the source (PLC error 1): nothing moved
     "ACTION_TIMEOUT",       # accepted, but no done/error within the action's deadline
     "REJECTED",             # the request itself was invalid (unknown machine, slot, ...)
+    NOT_SENT,               # never acknowledged by the PLC: nothing moved
+    OUTCOME_UNKNOWN,        # acknowledged, then the PLC was lost: nobody knows
 )
 
 # -- line_controller → gateway --------------------------------------------------------

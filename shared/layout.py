@@ -7,6 +7,7 @@ fails with :class:`LayoutError` naming the offending entry.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -108,7 +109,7 @@ class PlcMap:
 # Block sizes (registers); the offsets inside are in services/hardware/plc.py.
 ROBOT_BLOCK = 48
 DOCK_BLOCK = 4
-SIM_CONTROL_BLOCK = 8
+SIM_CONTROL_BLOCK = 16
 MACHINE_HEADER = 8
 MACHINE_SLOT_STRIDE = 8
 
@@ -123,6 +124,9 @@ class Layout:
     products: tuple[ProductSpec, ...]
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     plc: PlcMap | None = None
+    # ``opcua:`` — per device (Robot, Dock, Buffer, an equipment id), signal or method
+    # name → NodeId string replacing the default of deploy/OPCUA_MAP.md.
+    opcua_nodes: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
 
     def equipment_by_id(self, equipment_id: str) -> EquipmentSpec:
         for e in self.equipment:
@@ -249,9 +253,11 @@ def parse_layout(data: dict) -> Layout:
     )
     products = _parse_products(data, {e.kind for e in equipment}, {t.kind for t in tools})
     plc = _parse_plc(data["plc"], buffer_slots, equipment) if "plc" in data else None
+    opcua_nodes = parse_opcua_nodes(data["opcua"], equipment) if data.get("opcua") is not None else {}
 
     return Layout(
         plc=plc,
+        opcua_nodes=opcua_nodes,
         id=str(line.get("id", "line")),
         name=str(line.get("name", "Line")),
         buffer_slots=buffer_slots,
@@ -321,6 +327,41 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
         buffer_station=buffer_station,
         equipment=tuple(regs),
     )
+
+
+# An OPC UA NodeId in its string form (OPC 10000-6 5.3.1.10): ns=<index> or
+# nsu=<namespace URI>, then i=<number>, s=<string>, g=<guid> or b=<base64>.
+_NODE_ID = re.compile(
+    r"^(?:(?:ns=\d{1,5}|nsu=[^;]+);)?"
+    r"(?:i=\d{1,10}|s=.+|g=[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|b=[A-Za-z0-9+/=]+)$")
+_OPCUA_NAME = re.compile(r"^(?:\.|[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)*)$")
+
+
+def parse_opcua_nodes(data, equipment: list[EquipmentSpec]) -> dict[str, dict[str, str]]:
+    """The layout's ``opcua:`` NodeIds: ``{device: {name: nodeId}}`` with device
+    ``Robot``, ``Dock``, ``Buffer`` or an equipment id, name a signal or method
+    of deploy/OPCUA_MAP.md (``Slot2.Done``, ``Execute``; ``.`` the device object
+    itself). Names are checked against the node map when the hardware service
+    starts (services/hardware/opcua_map.py); here their form and the NodeIds."""
+    if not isinstance(data, dict):
+        raise LayoutError("opcua: expected a mapping of device → {name: NodeId}")
+    devices = {"Robot", "Dock", "Buffer", *(e.id for e in equipment)}
+    out: dict[str, dict[str, str]] = {}
+    for device, names in data.items():
+        where = f"opcua.{device}"
+        if device not in devices:
+            raise LayoutError(f"{where}: unknown device (expected one of {', '.join(sorted(devices))})")
+        if not isinstance(names, dict):
+            raise LayoutError(f"{where}: expected a mapping of name → NodeId")
+        for name, node_id in names.items():
+            if not isinstance(name, str) or not _OPCUA_NAME.match(name):
+                raise LayoutError(f"{where}: {name!r} is not a signal or method name (e.g. AckId, Slot1.Done)")
+            if not isinstance(node_id, str) or not _NODE_ID.match(node_id.strip()):
+                raise LayoutError(f"{where}.{name}: expected a NodeId such as 'ns=3;s=DB10.AckId' or "
+                                  f"'nsu=urn:plc;i=1001', got {node_id!r}")
+            out.setdefault(device, {})[name] = node_id.strip()
+    return out
 
 
 def load_layout(path: str | Path) -> Layout:

@@ -61,6 +61,20 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), name)
+
+
+def camel_facts(facts):
+    """An alarm's or manual action's facts as the API shows them: keys in
+    camelCase (``job_id`` → ``jobId``), inside lists and objects too."""
+    if isinstance(facts, dict):
+        return {_camel(str(k)): camel_facts(v) for k, v in facts.items()}
+    if isinstance(facts, (list, tuple)):
+        return [camel_facts(v) for v in facts]
+    return facts
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -124,11 +138,11 @@ ALARM = Shape(
     equipmentId=NULL_STR, jobId=NULL_INT, taskId=NULL_INT,
     raisedAt=TIME, acknowledgedAt=TIME, acknowledgedBy=NULL_STR,
     clearedAt=TIME, clearedBy=NULL_STR,
-    shelvedUntil=TIME, shelveReason=NULL_STR, shelvedBy=NULL_STR, shelvedAt=TIME,
+    shelvedUntil=TIME, shelveReason=NULL_STR, shelvedBy=NULL_STR, shelvedAt=TIME, facts=OBJECT,
 )
 MANUAL_ACTION = Shape(
     "ManualAction", id=INT, kind=STR, status=STR, text=STR, choices=STRINGS,
-    jobId=NULL_INT, equipmentId=NULL_STR, alarmId=NULL_INT, context=OBJECT,
+    jobId=NULL_INT, equipmentId=NULL_STR, alarmId=NULL_INT, context=OBJECT, facts=OBJECT,
     resolution=NULL_STR, note=NULL_STR, resolvedBy=NULL_STR, resolvedAt=TIME, createdAt=TIME,
 )
 EVENT_FRAME = Shape("EventFrame", seq=INT, txId=INT, type=STR, at=TIME, payload=OBJECT)

@@ -53,7 +53,7 @@ def start_shard(index: int, shards: int, args: list[str], work: Path) -> subproc
             f"--durations-path={durations}", "--store-durations",
             f"--junitxml={work / f'junit-{index}.xml'}", f"--durations={SLOWEST}", *args]
     log = open(work / f"shard-{index}.log", "wb")
-    env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1)}
+    env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1), "LINECTL_TEST_SHARDS": str(shards)}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -22,7 +22,7 @@ from shared.production_stats import DEFAULT_WINDOW, MAX_WINDOW, Window
 # Commands' rejection codes from the loop → HTTP status (a FAILED command is the
 # server's fault, not the client's: 503, in run_command).
 _REJECTION_STATUS = {"INVALID_TRANSITION": 409, "NOT_FOUND": 404, "VALIDATION_ERROR": 400,
-                     "IDEMPOTENCY_KEY_REUSED": 409}
+                     "IDEMPOTENCY_KEY_REUSED": 409, "EQUIPMENT_FAULTED": 409}
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_IDEMPOTENCY_KEY = 200
 

@@ -9,6 +9,7 @@ from gateway.api.blueprint import Blueprint
 from gateway.auth import require
 from gateway.errors import ApiError
 from services.ai_jobs.domain import API_KEY_MODES, JOB_TYPES, POLL_LIMIT_MAX, RETRYABLE
+from services.ai_jobs.validation import result_rule_broken
 
 blp = Blueprint("runtime", __name__, url_prefix="/internal/runtime", description="AI Runtime protocol")
 
@@ -97,18 +98,8 @@ def heartbeat(body, job_id):
 @require("runtime")
 @blp.arguments(ResultIn)
 def result(body, job_id):
-    if body["status"] == "succeeded":
-        if "output" not in body:
-            _bad("output", "is required when status is succeeded")
-        if "outputHash" not in body:
-            _bad("outputHash", "is required when status is succeeded")
-        if "errorCode" in body:
-            _bad("errorCode", "only with status failed")
-    else:
-        if "errorCode" not in body:
-            _bad("errorCode", "is required when status is failed")
-        if "output" in body:
-            _bad("output", "only with status succeeded")
+    if broken := result_rule_broken(body):  # the rules between the fields
+        _bad(*broken)
     return ai_queue().submit_result(job_id, body["runtimeInstanceId"], body["attemptNo"], body["status"],
                                     output=body.get("output"), output_hash=body.get("outputHash"),
                                     error_code=body.get("errorCode"),

@@ -1,7 +1,8 @@
 // The operator's page: plain JS, no build step. State comes from the REST API;
-// the websocket event stream tells the page when to refresh and feeds the log.
-// common.js (helpers), the views (production.js, alarms.js, job.js, ai.js) load
-// before this file, which draws the line and starts the page.
+// the websocket event stream tells the page when to refresh and feeds the log,
+// each event a sentence from the catalog (its JSON one tap away). i18n.js
+// (catalogs, Intl), common.js (helpers), the views (production.js, alarms.js,
+// job.js, ai.js) load before this file, which draws the line and starts the page.
 "use strict";
 
 const LIVE_JOB_STATUSES = "PENDING,QUEUED,MOVING,PROCESSING,WAITING_UNLOAD,PAUSED,SUSPENDED,ERROR";
@@ -25,18 +26,24 @@ async function command(path, body) {
     say("");
     await api("POST", path, body);
     scheduleRefresh();
+    return true;
   } catch (e) {
-    say(e.message);
+    say(failure(e));
+    return false;
   }
 }
 
 // -- the line -------------------------------------------------------------------
 
-function pieceLabel(job) { return `WO${job.workOrderId}#${job.seqNo} s${job.stepIndex}`; }
+function pieceLabel(job) { return t("line.piece", job); }
 
+/** A piece on the line: a button (a tap shows its route), its status in words for a screen reader too. */
 function piece(job) {
-  return el("span", { class: `piece ${job.status}`, dataset: { jobId: job.id, orderId: job.workOrderId },
-                      title: `job ${job.id}: ${job.status}, step ${job.stepIndex}` }, pieceLabel(job));
+  const says = t("line.pieceTitle", { ...job, status: tCode("jobStatus", job.status) });
+  // Its accessible name starts with what it shows (WCAG 2.5.3), then says the rest.
+  return el("button", { type: "button", class: `piece ${job.status}`, title: says,
+                        "aria-label": `${pieceLabel(job)}: ${says}`,
+                        dataset: { jobId: job.id, orderId: job.workOrderId, status: job.status } }, pieceLabel(job));
 }
 
 function drawLayout() {
@@ -44,16 +51,19 @@ function drawLayout() {
   const slots = $("#buffer .slots");
   slots.replaceChildren();
   for (let n = 1; n <= layout.bufferSlots; n++) {
-    slots.append(el("div", { class: "slot buffer-slot", dataset: { slot: n } }, el("span", { class: "no" }, n)));
+    slots.append(el("div", { class: "slot buffer-slot", dataset: { slot: n } },
+                    el("span", { class: "no", "aria-label": t("line.slot", { slotNo: n }) }, integer(n))));
   }
   const machines = $("#machines");
   machines.replaceChildren();
   for (const m of layout.equipment) {
     const box = el("div", { class: "machine", id: `machine-${m.id}`, dataset: { equipmentId: m.id } },
-      el("h3", {}, `${m.name} `, el("span", { class: "status" }, "")));
+      el("h3", {}, el("span", { class: "machine-id" }, m.id), " ", el("span", { class: "machine-name" }, m.name), " ",
+         el("span", { class: "status" }, "")));
     const ms = el("div", { class: "slots" });
     for (let n = 1; n <= m.slots; n++) {
-      ms.append(el("div", { class: "slot machine-slot", dataset: { slot: n } }, el("span", { class: "no" }, n)));
+      ms.append(el("div", { class: "slot machine-slot", dataset: { slot: n } },
+                   el("span", { class: "no", "aria-label": t("line.slot", { slotNo: n }) }, integer(n))));
     }
     box.append(ms);
     machines.append(box);
@@ -61,11 +71,12 @@ function drawLayout() {
 }
 
 function drawRobot(tasks) {
-  const doing = tasks.filter((t) => ROBOT_TASKS.includes(t.kind))
-    .map((t) => `${t.kind}${t.jobId ? ` job ${t.jobId}` : ""}${t.equipmentId ? ` ${t.equipmentId}` : ""}`);
+  const doing = tasks.filter((task) => ROBOT_TASKS.includes(task.kind))
+    .map((task) => t("line.robotDoing", { task: tCode("task", task.kind), details: [
+      task.jobId ? t("alarms.job", { jobId: task.jobId }) : "", task.equipmentId || ""].filter(Boolean).join(" ") }));
   let line = document.querySelector("#robot .doing");
   if (!line) { line = el("div", { class: "doing" }); $("#robot").append(line); }
-  line.textContent = doing.length ? doing.join("; ") : "idle";
+  line.textContent = doing.length ? list(doing) : t("line.robotIdle");
 }
 
 function drawPieces(jobs, equipment, buffer) {
@@ -79,7 +90,8 @@ function drawPieces(jobs, equipment, buffer) {
     const box = document.getElementById(`machine-${e.id}`);
     if (!box) continue;
     box.className = `machine ${e.status}`;
-    box.querySelector(".status").textContent = e.status;
+    box.dataset.status = e.status;
+    box.querySelector(".status").textContent = tCode("equipmentStatus", e.status);
     for (const s of e.slots) {
       const job = byId.get(s.currentJobId);
       if (job) box.querySelector(`[data-slot="${s.slotNo}"]`).append(piece(job));
@@ -101,21 +113,43 @@ function drawOrders(orders) {
     const actions = el("td");
     for (const a of ORDER_ACTIONS[o.status] || []) {
       actions.append(el("button", { type: "button", dataset: { action: a },
-                                   onclick: () => command(`/api/work-orders/${o.id}/${a}`, {}) }, a));
+                                   onclick: () => command(`/api/work-orders/${o.id}/${a}`, {}) }, t(`orderAction.${a}`)));
     }
     // A started order's code shows its run in the Production panel and the timeline.
     const code = o.startedAt
-      ? el("a", { href: "#production-section", class: "order-window", title: "show this order's run in Production",
+      ? el("a", { href: "#production-section", class: "order-window", title: t("orders.runTitle"),
                   onclick: (ev) => { ev.preventDefault(); showOrderWindow(o.id); } }, o.code)
       : o.code;
-    body.append(el("tr", { dataset: { orderId: o.id } },
-      el("td", {}, o.id), el("td", { class: "code" }, code), el("td", {}, o.productId),
-      el("td", { class: "status" }, o.status),
-      el("td", {}, el("progress", { max: o.quantity, value: done }),
-         ` ${o.completedQty}/${o.quantity}` + (o.scrappedQty ? ` (${o.scrappedQty} scrapped)` : "")),
+    const progress = t("orders.done", { completed: o.completedQty, quantity: o.quantity })
+      + (o.scrappedQty ? ` ${t("orders.scrapped", { scrapped: o.scrappedQty })}` : "");
+    body.append(el("tr", { dataset: { orderId: o.id, status: o.status } },
+      el("td", {}, integer(o.id)), el("td", { class: "code" }, code), el("td", {}, o.productId),
+      el("td", { class: "status", dataset: { status: o.status } }, tCode("orderStatus", o.status)),
+      el("td", {}, el("progress", { max: o.quantity, value: done, "aria-label": progress }), ` ${progress}`),
       actions));
   }
+  if (!orders.length) body.append(el("tr", {}, el("td", { colspan: 6 }, t("orders.empty"))));
   offerOrderWindows(orders);
+}
+
+/** A manual action in the reader's language: its kind's sentence from the
+ *  catalog, filled from its facts (a variant per `facts.case`); a kind the
+ *  catalog does not know, or an older action without facts, says the API's
+ *  English text: never nothing. */
+function manualText(m) {
+  const facts = m.facts || {};
+  const keys = facts.case ? [`action.${m.kind}.${facts.case}`, `action.${m.kind}`] : [`action.${m.kind}`];
+  return worded(Object.keys(facts).length ? tFirst(keys, facts) : null, m.text);
+}
+
+/** A choice says what it does: the kind's own label, else the choice's general one, else its code. */
+function choiceLabel(kind, choice) {
+  return tFirst([`choice.${kind}.${choice}`, `choice.${choice}`], {}) || choice;
+}
+
+async function answerManual(m, choice, button) {
+  button.disabled = true;  // one tap, one answer (a glove may tap twice)
+  if (!await command(`/api/manual-actions/${m.id}/resolve`, { resolution: choice })) button.disabled = false;
 }
 
 function drawManual(actions) {
@@ -124,15 +158,24 @@ function drawManual(actions) {
   let recovery = 0;
   for (const m of actions) {
     if (m.kind.startsWith("RECOVERY")) recovery++;
-    const li = el("li", { dataset: { manualActionId: m.id } }, el("b", {}, m.kind), ` ${m.text} `);
+    const choices = el("div", { class: "choices", role: "group", "aria-label": t("manual.choose") });
     for (const choice of m.choices) {
-      li.append(el("button", { type: "button", dataset: { resolution: choice },
-        onclick: () => command(`/api/manual-actions/${m.id}/resolve`, { resolution: choice }) }, choice));
+      const button = el("button", { type: "button", class: "big choice", dataset: { resolution: choice } },
+                        el("span", { class: "choice-label" }, choiceLabel(m.kind, choice)),
+                        el("span", { class: "choice-code" }, choice));
+      button.addEventListener("click", () => answerManual(m, choice, button));
+      choices.append(button);
     }
-    list.append(li);
+    const where = [m.equipmentId, m.jobId && t("alarms.job", { jobId: m.jobId })].filter(Boolean).join(" ");
+    list.append(el("li", { class: "manual-action", dataset: { manualActionId: m.id, kind: m.kind } },
+      spoken("p", { class: "manual-text" }, manualText(m)),
+      el("p", { class: "manual-meta" }, where ? `${where} · ` : "", el("span", { class: "code" }, t("manual.code", { code: m.kind })),
+         " · ", dateTime(m.createdAt)),
+      choices));
   }
-  if (!actions.length) list.append(el("li", {}, "nothing to do"));
+  if (!actions.length) list.append(el("li", { class: "empty" }, t("manual.empty")));
   $("#confirm-recovery").hidden = recovery === 0;
+  $("#manual-section").classList.toggle("has-open", actions.length > 0);  // amber only when someone must act
 }
 
 // -- loading and live updates ------------------------------------------------------
@@ -156,9 +199,10 @@ async function refresh() {
     drawAlarms(alarms.items);
     drawShelved(shelved.items);
     drawManual(manual.items);
+    announceAlarms(alarms.items, manual.items);
     document.body.dataset.loaded = "true";
   } catch (e) {
-    say(e.message);
+    say(failure(e));
   }
   refreshShownJob();
 }
@@ -167,9 +211,23 @@ function scheduleRefresh() {
   if (!refreshTimer) refreshTimer = setTimeout(refresh, 100);
 }
 
+/** An event as a sentence from the catalog (event.<type>, filled from its
+ *  payload); a type the catalog does not know, or a payload without what its
+ *  sentence needs, says just its type. */
+function eventSentence(frame) {
+  const payload = { type: frame.type, ...(frame.payload || {}) };
+  return tFirst([`event.${frame.type}`], payload) || t("event.other", payload);
+}
+
 function feed(frame) {
   const list = $("#feed");
-  list.prepend(el("li", { value: frame.seq }, `${frame.at.slice(11, 19)} ${frame.type} ${JSON.stringify(frame.payload)}`));
+  list.querySelector(".empty")?.remove();
+  // The raw JSON is one tap away for an engineer (a <details>: nothing needs hover).
+  list.prepend(el("li", { value: frame.seq, dataset: { type: frame.type } },
+    el("time", { datetime: frame.at }, clock(frame.at, true)), " ",
+    el("span", { class: "sentence" }, eventSentence(frame)), " ",
+    el("details", {}, el("summary", { title: t("feed.jsonLabel") }, t("feed.json")),
+       el("pre", { lang: "en" }, `${frame.type} ${JSON.stringify(frame.payload)}`))));
   while (list.children.length > FEED_MAX) list.lastChild.remove();
 }
 
@@ -185,8 +243,9 @@ function onFrame(frame) {
 function showConn(state) {
   const conn = $("#conn");
   conn.className = `conn ${state}`;
-  conn.textContent = { on: "live", off: "offline", none: "no line stream" }[state];
-  conn.title = state === "none" ? "the line's event stream is for operator and admin tokens" : "live event stream";
+  conn.dataset.state = state;
+  conn.textContent = t(`conn.${state}`);
+  conn.title = t(state === "none" ? "conn.titleNone" : "conn.title");
 }
 
 function connect() {
@@ -223,7 +282,7 @@ async function startLine() {
     const products = await api("GET", "/api/products");
     $("#product").replaceChildren(...products.items.map((p) => el("option", { value: p.id }, p.name)));
   } catch (e) {
-    say(e.message);
+    say(failure(e));
     return;
   }
   drawLayout();
@@ -236,21 +295,22 @@ async function startLine() {
 
 async function start() {
   say("");
-  if (!token) { say("enter an access token", "info"); return; }
+  if (!token) { say(t("token.ask"), "info"); return; }
   try {
     const me = await api("GET", "/api/me");
     role = me.role;
-    $("#who").textContent = `${me.name} (${me.role})`;
+    $("#who").textContent = t("who", { name: me.name, role: tCode("role", me.role) });
+    $("#who").dataset.role = me.role;
   } catch (e) {
     showSectionsFor(false, false);
-    say(e.message);
+    say(failure(e));
     return;
   }
   document.body.dataset.role = role;
   const canLine = LINE_ROLES.includes(role);
   const canAi = AI_ROLES.includes(role);
   showSectionsFor(canLine, canAi);
-  if (!canLine && !canAi) say(`a ${role} token has nothing to show on this page`, "info");
+  if (!canLine && !canAi) say(t("role.nothing", { role: tCode("role", role) }), "info");
   if (!canLine) showConn("none");
   if (canAi) startAiRefresh(); else stopAiRefresh();
   if (canLine) await startLine();
@@ -273,4 +333,15 @@ $("#create-order").addEventListener("submit", (ev) => {
 
 $("#confirm-recovery").addEventListener("click", () => command("/api/recovery/confirm", {}));
 
-start();
+for (const button of document.querySelectorAll("#lang-switch button")) {
+  button.setAttribute("aria-pressed", String(button.dataset.lang === lang));
+  button.addEventListener("click", () => { if (button.dataset.lang !== lang) switchLanguage(button.dataset.lang); });
+}
+
+// The catalog first: nothing is drawn in a language the page has not loaded.
+loadCatalog().then(() => {
+  $("#feed").append(el("li", { class: "empty" }, t("feed.empty")));
+  showSound();
+  document.body.dataset.lang = lang;
+  return start();
+}).catch((e) => say(failure(e)));

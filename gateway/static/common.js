@@ -1,6 +1,7 @@
-// What every view of the page shares: DOM helpers, the API call, the message
-// line; Chart.js set up once with its colours; the formatting of ratios,
-// durations and clock times. Loaded first; app.js, loaded last, starts the page.
+// What every view of the page shares: DOM helpers, the API call and its
+// refusals in words, the message line; Chart.js set up once with its colours
+// (ISA-101: colour only where something is abnormal). Loaded after i18n.js;
+// app.js, loaded last, starts the page.
 // Chart.js is the vendored UMD build (vendor/, `make vendor`): the plant network
 // has no internet, so no CDN.
 "use strict";
@@ -17,6 +18,18 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 
+/** A sentence from the catalog, or the API's English `fallback` when the
+ *  catalog has none for it: {text, lang} ("en" for the fallback, so a screen
+ *  reader reads it as English and a reader knows why it is). */
+function worded(text, fallback) {
+  return text === null ? { text: fallback, lang: "en" } : { text, lang: null };
+}
+
+/** An element saying a worded() text, marked with its language when it is not the page's. */
+function spoken(tag, attrs, { text, lang: language }) {
+  return el(tag, language ? { ...attrs, lang: language } : attrs, text);
+}
+
 let token = localStorage.getItem("linectl.token") || "";
 
 /** The message line: `kind` "error" (the default: a refusal, a failure) shows
@@ -27,29 +40,59 @@ function say(text, kind = "error") {
   line.className = text ? kind : "";
 }
 
+/** A request the API refused (or that never reached it): `message` is what the
+ *  catalog says for its error code, in the page's language; `code` and
+ *  `serverMessage` (the API's English) stay for an engineer. */
+class Refusal extends Error {
+  constructor(code, serverMessage) {
+    super(refusalText(code, serverMessage));
+    this.code = code;
+    this.serverMessage = serverMessage;
+  }
+}
+
+function refusalText(code, serverMessage) {
+  return tFirst([`error.${code}`], { code, message: serverMessage || "" }) || t("error.other", { code });
+}
+
 async function api(method, path, body) {
   const opts = { method, headers: { Authorization: `Bearer ${token}` } };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, opts);
+  let resp;
+  try {
+    resp = await fetch(path, opts);
+  } catch (e) {
+    throw new Refusal("network", e.message);
+  }
   const data = resp.status === 204 ? null : await resp.json().catch(() => null);
   if (!resp.ok) {
-    const err = (data && data.error) || { code: resp.status, message: resp.statusText };
-    throw new Error(`${err.code}: ${err.message}`);
+    const err = (data && data.error) || { code: String(resp.status), message: resp.statusText };
+    throw new Refusal(err.code, err.message);
   }
-  if (resp.status === 202) say(`accepted (command ${data.commandId}); the outcome will show shortly`, "info");
+  if (resp.status === 202) say(t("accepted", { commandId: data.commandId }), "info");
   return data;
+}
+
+/** What went wrong, for the message line: a refusal's catalog text; anything
+ *  else is the page's own fault, said as such (the details go to the console). */
+function failure(e) {
+  if (e instanceof Refusal) return e.message;
+  console.warn(e);
+  return t("error.page");
 }
 
 // -- charts ---------------------------------------------------------------------------
 
 const MACHINE_STATES = ["PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT"];
-const STATE_COLOURS = { PROCESSING: "#2e8b57", IDLE: "#a0a4aa", WAITING_UNLOAD: "#e8a200", FAULT: "#cc3333" };
+// ISA-101: normal running is calm grey; colour is kept for what needs a person
+// (waiting for unload: amber, a fault: red).
+const STATE_COLOURS = { PROCESSING: "#6b7480", IDLE: "#c4c8cd", WAITING_UNLOAD: "#d98e00", FAULT: "#c62828" };
 const SERIES_COLOURS = {
-  completed: "#2e8b57", scrapped: "#cc3333", succeeded: "#2e8b57", failed: "#cc3333",
-  OEE: "#23303d", availability: "#3b6ea5", performance: "#8a63b8", quality: "#2e8b57",
+  completed: "#5a6470", scrapped: "#c62828", succeeded: "#5a6470", failed: "#c62828",
+  oee: "#23303d", availability: "#6b7f99", performance: "#9aa3ad", quality: "#3f4a56",
 };
 const HOUR_MS = 3600 * 1000;
 
@@ -59,6 +102,9 @@ if (chartsAvailable) {
   Chart.defaults.animation = false;
   Chart.defaults.maintainAspectRatio = false;
   Chart.defaults.font.family = "system-ui, sans-serif";
+  Chart.defaults.font.size = 14;
+  Chart.defaults.color = "#333";
+  Chart.defaults.locale = lang;  // its own number formatting follows the page's language
 }
 
 /** Draws `config` on the canvas: a new chart the first time, the same chart
@@ -74,28 +120,34 @@ function showChart(canvasId, config) {
   return chart;
 }
 
-/** A bar chart of `series` (name → values) over `labels`, stacked if told. */
-function barConfig(labels, series, { stacked = false, percent = false } = {}) {
-  const datasets = Object.entries(series).map(([name, data]) => (
-    { label: name, data, backgroundColor: SERIES_COLOURS[name] || "#3b6ea5" }));
+/** An axis title from the catalog. */
+function axisTitle(key) { return { display: true, text: t(key) }; }
+
+/** A bar chart of `series` (key → values, named from the catalog's series.<key>)
+ *  over `labels`, stacked if told; `axes`: the catalog keys of the x and y titles. */
+function barConfig(labels, series, { stacked = false, percent = false, axes = [] } = {}) {
+  const datasets = Object.entries(series).map(([key, data]) => (
+    { label: t(`series.${key}`), data, backgroundColor: SERIES_COLOURS[key] || "#6b7f99" }));
   const y = { stacked, beginAtZero: true, ticks: { precision: 0 } };
-  if (percent) Object.assign(y, { max: 100, ticks: { callback: (v) => `${v} %` } });
+  if (percent) Object.assign(y, { max: 100, ticks: { callback: percentTick } });
+  const x = { stacked };
+  if (axes[0]) x.title = axisTitle(axes[0]);
+  if (axes[1]) y.title = axisTitle(axes[1]);
   return {
     type: "bar",
     data: { labels, datasets },
-    options: { scales: { x: { stacked }, y }, plugins: { legend: { position: "bottom" } } },
+    options: { scales: { x, y }, plugins: { legend: { position: "bottom" } } },
   };
 }
 
 /** Stacked bars per hour of the `hourly` rows, one series per field in `fields`. */
-function showHourlyBars(canvasId, hourly, fields) {
+function showHourlyBars(canvasId, hourly, fields, yTitle = "chart.axisPieces") {
   const series = Object.fromEntries(fields.map((f) => [f, hourly.map((h) => h[f])]));
-  showChart(canvasId, barConfig(hourly.map((h) => clock(h.from)), series, { stacked: true }));
+  showChart(canvasId, barConfig(hourly.map((h) => clock(h.from)), series,
+                                { stacked: true, axes: ["chart.axisHour", yTitle] }));
 }
 
-// -- formatting -----------------------------------------------------------------------
-
-const NONE = "–";
+// -- formatting (the Intl formatters are in i18n.js) -----------------------------------
 
 /** A ratio 0..1 as a percentage rounded to one decimal, half up on its decimal
  *  value (0.6605 → 66.1; the float 660.4999… of 0.1235 * 1000 is first cut to
@@ -106,35 +158,8 @@ function percentValue(ratio) {
   return Math.round(Number((ratio * 1000).toFixed(6))) / 10;
 }
 
-/** A ratio 0..1 as text, "66.1 %" (the number percentValue charts); null as a dash. */
+/** A ratio 0..1 as text in the page's language ("66.1%"): the number percentValue charts; null as a dash. */
 function percent(ratio) {
   const value = percentValue(ratio);
-  return value === null ? NONE : `${value.toFixed(1)} %`;
-}
-
-function seconds(s) { return s === null || s === undefined ? NONE : `${s.toFixed(1)} s`; }
-
-function fixed1(x) { return x === null || x === undefined ? NONE : x.toFixed(1); }
-
-/** An instant (ISO text or epoch ms) as the local clock time, HH:MM (HH:MM:SS with `withSeconds`). */
-function clock(when, withSeconds = false) {
-  const parts = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
-  if (withSeconds) parts.second = "2-digit";
-  return new Date(when).toLocaleTimeString([], parts);
-}
-
-/** An instant as local date and time, short; null as a dash. */
-function dateTime(when) {
-  if (!when) return NONE;
-  return new Date(when).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit",
-                                             minute: "2-digit", second: "2-digit", hourCycle: "h23" });
-}
-
-/** A length of time in ms, the way a person says it: 40 s, 12 min, 2 h 05 min. */
-function duration(ms) {
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s} s`;
-  const min = Math.round(s / 60);
-  if (min < 60) return `${min} min`;
-  return `${Math.floor(min / 60)} h ${String(min % 60).padStart(2, "0")} min`;
+  return value === null ? t("fmt.none") : PERCENT_1.format(value / 100);
 }

@@ -8,23 +8,29 @@ let shownJobId = null;
 function stepTimes(step) {
   if (!step.startedAt) return "";
   const start = Date.parse(step.startedAt);
-  if (!step.finishedAt) return `started ${clock(start)}`;
+  if (!step.finishedAt) return t("job.started", { at: clock(start) });
   const end = Date.parse(step.finishedAt);
-  return `${clock(start)}–${clock(end)} (${duration(end - start)})`;
+  return t("job.times", { from: clock(start), to: clock(end), length: duration(end - start) });
 }
 
-function taskLine(t) {
-  const when = t.startedAt ? ` ${clock(t.startedAt)}${t.finishedAt ? `–${clock(t.finishedAt)}` : ""}` : "";
-  return el("li", { class: `task ${t.status}`, dataset: { taskId: t.id } },
-    `${t.kind}${t.equipmentId ? ` ${t.equipmentId}` : ""} ${t.status}${when}`);
+function taskLine(task) {
+  const when = task.startedAt ? ` ${clock(task.startedAt)}${task.finishedAt ? `–${clock(task.finishedAt)}` : ""}` : "";
+  return el("li", { class: `task ${task.status}`, dataset: { taskId: task.id, status: task.status } },
+    `${tCode("task", task.kind)}${task.equipmentId ? ` ${task.equipmentId}` : ""} ${tCode("taskStatus", task.status)}${when}`);
+}
+
+function stepName(step) {
+  const op = tCode("op", step.op);
+  return step.equipmentKind ? t("op.withKind", { op, kind: tCode("kind", step.equipmentKind) }) : op;
 }
 
 function drawJobRoute(route) {
-  $("#job-title").textContent = `${route.jobId} (WO${route.workOrderId}) ${route.status}, step ${route.stepIndex}`;
+  $("#job-title").textContent = t("job.title", { id: route.jobId });
+  $("#job-title").title = t("job.summary", { ...route, status: tCode("jobStatus", route.status) });
   $("#job-steps").replaceChildren(...route.steps.map((step) => el("li",
     { class: `step ${step.state}`, dataset: { index: step.index, state: step.state } },
-    el("b", {}, `${step.op}${step.equipmentKind ? ` (${step.equipmentKind})` : ""}`), " ",
-    el("span", { class: "state" }, step.state), " ",
+    el("b", {}, stepName(step)), " ",
+    el("span", { class: "state" }, tCode("step", step.state)), " ",
     el("span", { class: "step-machines" }, step.equipmentIds.join(", ")), " ",
     el("span", { class: "times" }, stepTimes(step)),
     step.tasks.length ? el("ul", { class: "tasks" }, ...step.tasks.map(taskLine)) : "")));
@@ -37,7 +43,7 @@ async function showJob(jobId) {
     const route = await api("GET", `/api/jobs/${jobId}/route`);
     if (shownJobId === jobId) drawJobRoute(route);  // not another piece clicked meanwhile
   } catch (e) {
-    say(e.message);
+    say(failure(e));
   }
 }
 

@@ -12,8 +12,8 @@ const STATS_EVENTS = new Set(["MachineStateChanged", "JobFinished", "WorkOrderCo
 const STATS_MIN_INTERVAL_MS = 3000;
 // The open interval of each machine grows with time even when nothing happens.
 const STATS_PERIOD_MS = 30000;
-// The per-machine figures charted, each under the name a person reads.
-const FIGURES = { oee: "OEE", availability: "availability", performance: "performance", quality: "quality" };
+// The per-machine figures charted (each named by the catalog's series.<figure>).
+const FIGURES = ["oee", "availability", "performance", "quality"];
 const TIMELINE_ROW_PX = 34;
 // A work order's window: a little before it started and after it finished, so
 // its first and last state changes are on the strip, not on its edges.
@@ -86,7 +86,7 @@ async function refreshStats() {
     drawWindowSpan(w);
     document.body.dataset.statsLoaded = "true";
   } catch (e) {
-    say(e.message);
+    say(failure(e));
   }
 }
 
@@ -95,8 +95,8 @@ async function refreshStats() {
 function setTile(id, text) { document.querySelector(`#${id} .value`).textContent = text; }
 
 function drawKpis(line) {
-  setTile("kpi-completed", line.completed);
-  setTile("kpi-scrapped", line.scrapped);
+  setTile("kpi-completed", count(line.completed));
+  setTile("kpi-scrapped", count(line.scrapped));
   setTile("kpi-throughput", fixed1(line.throughputPerHour));
   setTile("kpi-scrap-rate", percent(line.scrapRate));
 }
@@ -107,15 +107,16 @@ function drawHourly(hourly) {
 
 function drawOee(equipment) {
   const series = {};
-  for (const [key, name] of Object.entries(FIGURES)) series[name] = equipment.map((e) => percentValue(e[key]));
-  showChart("oee-chart", barConfig(equipment.map((e) => e.id), series, { percent: true }));
+  for (const key of FIGURES) series[key] = equipment.map((e) => percentValue(e[key]));
+  showChart("oee-chart", barConfig(equipment.map((e) => e.id), series,
+                                   { percent: true, axes: ["chart.axisMachine", "chart.axisPercent"] }));
 }
 
 function drawMachineFigures(equipment) {
   $("#machine-figures tbody").replaceChildren(...equipment.map((e) => el("tr", { dataset: { equipmentId: e.id } },
     el("td", {}, e.id), el("td", { class: "utilization" }, percent(e.utilization)),
     el("td", { class: "availability" }, percent(e.availability)),
-    el("td", { class: "oee" }, percent(e.oee)), el("td", { class: "cycles" }, e.cycles),
+    el("td", { class: "oee" }, percent(e.oee)), el("td", { class: "cycles" }, count(e.cycles)),
     el("td", {}, seconds(e.meanCycleSeconds)), el("td", {}, seconds(e.p95CycleSeconds)),
     el("td", {}, seconds(e.idealCycleSeconds)))));
 }
@@ -147,7 +148,7 @@ function clockTicks(min, max, step) {
 function timelineConfig(items, rows, fromMs, toMs) {
   const step = timelineStep(toMs - fromMs);
   const datasets = MACHINE_STATES.map((state) => ({
-    label: state,
+    label: tCode("machineState", state),
     backgroundColor: STATE_COLOURS[state],
     grouped: false,
     barPercentage: 0.8,
@@ -162,8 +163,9 @@ function timelineConfig(items, rows, fromMs, toMs) {
       indexAxis: "y",
       scales: {
         x: { type: "linear", min: fromMs, max: toMs, ticks: { callback: (v) => clock(v, step < 60000) },
+             title: axisTitle("chart.axisTime"),
              afterBuildTicks: (scale) => { scale.ticks = clockTicks(scale.min, scale.max, step); } },
-        y: { type: "category", labels: rows },
+        y: { type: "category", labels: rows, title: axisTitle("chart.axisMachine") },
       },
       plugins: {
         legend: { position: "top" },
@@ -175,7 +177,8 @@ function timelineConfig(items, rows, fromMs, toMs) {
 
 function timelineTooltip(ctx) {
   const [start, end] = ctx.raw.x;
-  return `${ctx.dataset.label} ${clock(start, true)}–${clock(end, true)} (${duration(end - start)})`;
+  return t("timeline.tooltip", { state: ctx.dataset.label, from: clock(start, true), to: clock(end, true),
+                                 length: duration(end - start) });
 }
 
 function drawTimeline(timeline, w) {
@@ -183,8 +186,8 @@ function drawTimeline(timeline, w) {
   $("#timeline-section .timeline-box").style.height = `${rows.length * TIMELINE_ROW_PX + 70}px`;
   showChart("timeline-chart", timelineConfig(timeline.items, rows, Date.parse(w.from), Date.parse(w.to)));
   let note = "";
-  if (timeline.truncated) note = "more state changes than can be drawn: pick a shorter window";
-  else if (!timeline.items.length) note = "no machine states recorded in this window";
+  if (timeline.truncated) note = t("timeline.truncated");
+  else if (!timeline.items.length) note = t("timeline.empty");
   $("#timeline-note").textContent = note;
 }
 
@@ -196,13 +199,14 @@ function drawWindowSpan(w) {
   const to = Date.parse(w.to);
   const order = chosenOrder();
   const running = order && !order.finishedAt;
-  $("#stats-span").textContent =
-    `${clock(from, true)}–${running ? "now" : clock(to, true)} (${duration(to - from)})`;
+  $("#stats-span").textContent = t("production.spanText", {
+    from: clock(from, true), to: running ? t("production.now") : clock(to, true), length: duration(to - from) });
 }
 
 function orderChoiceLabel(o) {
-  const end = o.finishedAt ? clock(o.finishedAt) : "now";
-  return `${o.code} (${o.status.toLowerCase()}, ${clock(o.startedAt)}–${end})`;
+  const end = o.finishedAt ? clock(o.finishedAt) : t("production.now");
+  return t("production.orderChoice", { code: o.code, status: tCode("orderStatus", o.status),
+                                       from: clock(o.startedAt), to: end });
 }
 
 /** The window choice's work orders, from the orders list (app.js): the latest
@@ -221,7 +225,8 @@ function offerOrderWindows(orders) {
   if (chosen && !offered.includes(chosen)) offered.push(chosen);
   const group = $("#stats-orders");
   group.replaceChildren(...offered.map((o) => el("option", {
-    value: `wo:${o.id}`, title: `${dateTime(o.startedAt)} – ${o.finishedAt ? dateTime(o.finishedAt) : "running"}`,
+    value: `wo:${o.id}`, title: t("production.orderChoiceTitle", {
+      from: dateTime(o.startedAt), to: o.finishedAt ? dateTime(o.finishedAt) : t("production.running") }),
   }, orderChoiceLabel(o))));
   group.hidden = !offered.length;
   $("#stats-window").value = windowChoice();

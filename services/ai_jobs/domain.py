@@ -74,12 +74,17 @@ def result_idempotency_key(job_id: str, attempt_no: int, outcome: str) -> str:
 
 @dataclass(frozen=True)
 class QueueTimings:
-    """Lease, default execution timeout and retry back-off, in seconds."""
+    """Lease, default execution timeout, retry back-off and how long a polled
+    job stays offered to its poller alone, in seconds."""
 
     lock_seconds: float = 60.0
     default_timeout_seconds: int = 120
     retry_backoff_seconds: float = 2.0
     retry_backoff_max_seconds: float = 60.0
+    # Long enough for a runtime to lock what its poll offered it (a few ms, a
+    # second under load), short enough that a job offered to a runtime that
+    # went away is soon seen by the others.
+    offer_seconds: float = 2.0
 
     def backoff(self, retry_count: int) -> float:
         """Exponential back-off before retry number ``retry_count`` (1-based) is pollable."""

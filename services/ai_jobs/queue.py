@@ -24,6 +24,7 @@ from services.ai_jobs import repository as repo
 from services.ai_jobs import validation
 from services.ai_jobs.credentials import CredentialBox
 from services.ai_jobs.domain import JOB_TYPES, TARGET_TYPES, AiJobError, QueueTimings
+from services.ai_jobs.prepared import prepared_unit
 
 ATTEMPT_MAX = 2**31 - 1
 
@@ -67,6 +68,19 @@ class AiJobQueue:
                     return fn(conn, *args, **kwargs)
                 except AiJobError as exc:
                     refusal = exc
+        raise refusal
+
+    def _hot_unit(self, fn: Callable, *args, transaction: bool = True, **kwargs):
+        """As :meth:`_unit`, on the bare driver with prepared statements
+        (``services.ai_jobs.prepared``): for what runtimes call all the time.
+        ``transaction=False`` for an operation made of statements that each
+        stand alone (each is atomic, none decides under another's row lock)."""
+        refusal = None
+        with prepared_unit(self.engine, transaction=transaction) as unit:
+            try:
+                return fn(unit, *args, **kwargs)
+            except AiJobError as exc:
+                refusal = exc
         raise refusal
 
     def _read(self, fn: Callable, *args, **kwargs):
@@ -138,16 +152,20 @@ class AiJobQueue:
         if not isinstance(claim, bool):
             raise AiJobError("VALIDATION_ERROR", "claim: must be a boolean")
         serves = validation.serves(serves)
-        return self._unit(repo.poll, self.timings, runtime_id, caps, limit, claim, serves)
+        # Expiry, then the poll (or claim): each one statement, atomic alone.
+        return self._hot_unit(repo.poll, self.timings, runtime_id, caps, limit, claim, serves,
+                              transaction=False)
 
     def lock(self, job_id, runtime_id) -> dict:
         validation.text("runtimeInstanceId", runtime_id)
-        return self._unit(repo.lock, self.timings, validation.text("jobId", job_id), runtime_id)
+        # The conditional UPDATE alone (and, rarely, an expiry and the UPDATE again).
+        return self._hot_unit(repo.lock, self.timings, validation.text("jobId", job_id), runtime_id,
+                              transaction=False)
 
     def heartbeat(self, job_id, runtime_id, attempt_no) -> dict:
         validation.text("runtimeInstanceId", runtime_id)
         validation.required_integer("attemptNo", attempt_no, 1, ATTEMPT_MAX)
-        return self._unit(repo.heartbeat, self.timings, validation.text("jobId", job_id),
+        return self._hot_unit(repo.heartbeat, self.timings, validation.text("jobId", job_id),
                           runtime_id, attempt_no)
 
     def submit_result(self, job_id, runtime_id, attempt_no, status, output=None, output_hash=None,
@@ -162,7 +180,7 @@ class AiJobQueue:
         else:
             validation.text("errorCode", error_code, limit=64)
             validation.text("errorMessage", error_message, required=False, limit=2000)
-        return self._unit(repo.submit_result, self.timings, validation.text("jobId", job_id),
+        return self._hot_unit(repo.submit_result, self.timings, validation.text("jobId", job_id),
                           runtime_id, attempt_no, status, output=output, claimed_hash=output_hash,
                           error_code=error_code, error_message=error_message)
 

@@ -20,6 +20,23 @@ def _bad(field: str, why: str):
     raise AiJobError("VALIDATION_ERROR", f"{field}: {why}")
 
 
+def result_rule_broken(body: dict) -> tuple[str, str] | None:
+    """The rules between a result's fields (the seed's result shape): the field and
+    why, for the first one broken, else None. Both of the gateway's paths use it."""
+    if body.get("status") == "succeeded":
+        for field in ("output", "outputHash"):
+            if field not in body:
+                return field, "is required when status is succeeded"
+        if "errorCode" in body:
+            return "errorCode", "only with status failed"
+        return None
+    if "errorCode" not in body:
+        return "errorCode", "is required when status is failed"
+    if "output" in body:
+        return "output", "only with status succeeded"
+    return None
+
+
 def text(field: str, value, *, required: bool = True, limit: int = MAX_TEXT) -> str | None:
     if value is None:
         if required:

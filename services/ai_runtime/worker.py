@@ -8,7 +8,6 @@ stops the job: nothing more is submitted for that attempt.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -95,10 +94,11 @@ class RuntimeWorker:
         if self.claim:
             jobs = self.client.poll(self.capabilities, limit=min(free, 50), claim=True, serves=self.serves)
         else:
-            # Other runtimes see the same top rows: take a wider page and try it
-            # in random order, so they spread out instead of all racing for one.
-            jobs = self.client.poll(self.capabilities, limit=min(free * 5, 50), serves=self.serves)
-            random.shuffle(jobs)
+            # The page's first job is offered to this runtime alone for a moment
+            # (other runtimes' polls skip it): lock in the order given. The rest
+            # may be others' too, so ask for about what we can take: a page a
+            # little wider than our free slots leaves room for a lost lock or two.
+            jobs = self.client.poll(self.capabilities, limit=min(free + 2, 50), serves=self.serves)
         started = 0
         for job in jobs:
             if self._stopping.is_set() or started >= free:

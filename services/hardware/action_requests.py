@@ -37,13 +37,21 @@ class MachineStart:
 
 
 @dataclass(frozen=True)
+class MachineAbort:
+    """Abort every running cycle of a machine (its pieces stay in their slots)."""
+    equipment_id: str
+
+
+@dataclass(frozen=True)
 class ActionRequest:
     correlation_id: str
     action_id: int
-    command: RobotCommand | MachineStart
+    command: RobotCommand | MachineStart | MachineAbort
 
     @property
     def action(self) -> str:
+        if isinstance(self.command, MachineAbort):
+            return ev.ABORT_CYCLE
         return self.command.action if isinstance(self.command, RobotCommand) else ev.START_MACHINE
 
 
@@ -63,6 +71,8 @@ class ActionResult:
         kind = self.request.action
         if kind == ev.START_MACHINE:
             return ev.MACHINE_START_SUCCEEDED if self.ok else ev.MACHINE_START_FAILED
+        if kind == ev.ABORT_CYCLE:
+            return ev.MACHINE_ABORT_SUCCEEDED if self.ok else ev.MACHINE_ABORT_FAILED
         if kind in (ev.SCAN, ev.MARK):
             return ev.TOOL_ACTION_SUCCEEDED if self.ok else ev.TOOL_ACTION_FAILED
         return ev.ROBOT_ACTION_SUCCEEDED if self.ok else ev.ROBOT_ACTION_FAILED
@@ -79,7 +89,7 @@ class ActionResult:
             out["data"] = self.data
         else:
             out["errorCode"] = self.error_code
-            out["errorMessage"] = self.error_message
+            out["errorMessage"] = (self.error_message or "")[:200]  # the loop's text limit
         return out
 
 
@@ -168,6 +178,13 @@ class CommandBuilder:
             raise Rejected(f"text: at most {P.TEXT_MAX} characters")
         return RobotCommand(ev.MARK, P.CMD_MARK, self.buffer_slot("slot_no", slot_no), (0, 0),
                             job_id=_job("job_id", job_id), text=text)
+
+    def abort_cycle(self, equipment_id) -> MachineAbort:
+        try:
+            regs = self.map.for_equipment(str(equipment_id))
+        except KeyError:
+            raise Rejected(f"equipment_id: no equipment {equipment_id!r} in the layout") from None
+        return MachineAbort(regs.equipment_id)
 
     def start_machine(self, equipment_id, jobs=None) -> MachineStart:
         try:

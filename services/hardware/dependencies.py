@@ -3,10 +3,15 @@ machine starts and the signal watcher, built once per container from config.
 
 Config keys (nameko config, all optional):
 
-- ``LINECTL_PLC_ADDRESS`` ``"host:port"``: overrides ``load_settings().plc_address``
+- ``LINECTL_PLC_ADDRESS`` ``"host:port"`` (Modbus) or ``"opc.tcp://host:port[/path]"``
+  (OPC UA): overrides ``load_settings().plc_url``
+- ``LINECTL_OPCUA_SECURITY`` / ``_USER`` / ``_PASSWORD`` / ``_CERT`` / ``_KEY`` /
+  ``_SERVER_CERT``: override the settings of the same names (deploy/OPCUA_MAP.md)
 - ``LINECTL_LINE_FILE``: overrides ``load_settings().line_file``
 - ``LINECTL_HW_ACTION_TIMEOUT`` seconds an accepted action may take (default 120)
-- ``LINECTL_HW_MODBUS_TIMEOUT`` seconds a Modbus request may take (default 2)
+- ``LINECTL_HW_MODBUS_TIMEOUT`` seconds a PLC request may take (default 2; OPC UA too)
+- ``LINECTL_HW_RECONNECT_GRACE`` seconds an action in flight waits for a lost
+  PLC to answer again before it is reported not sent or of unknown outcome (default 5)
 - ``LINECTL_HW_STOP_GRACE`` seconds a clean stop waits for the action the robot
   (or a machine start) is executing (default 25; the supervisor's and systemd's
   stop timeouts are longer)
@@ -25,25 +30,41 @@ import eventlet.hubs
 from nameko.extensions import DependencyProvider
 from nameko.standalone.events import event_dispatcher
 
-from services.hardware import plc as P
 from services.hardware.action_requests import (
     ActionRequest,
     ActionResult,
     CommandBuilder,
+    MachineAbort,
     MachineStart,
 )
-from services.hardware.plc import PlcLink, PlcUnavailable, parse_address
+from services.hardware.device import PlcUnavailable, open_port
 from services.hardware.robot import ActionRunner, RobotQueue
-from services.hardware.watcher import SignalWatcher, read_state
+from services.hardware.watcher import SignalWatcher
 from shared import events as ev
 from shared.config import load_settings
 from shared.layout import load_layout
 from shared.stats import Durations
 
 log = logging.getLogger(__name__)
+WATCH_POLL_INTERVAL = 0.1  # seconds between the watcher's Modbus polls
 # pymodbus logs every failed connect and timeout (10 times a second while the
 # PLC is away); the watcher reports connection loss once per edge instead.
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
+
+
+def opcua_options(config: dict, settings) -> dict[str, Any]:
+    """The OPC UA client's settings (used only when the address is opc.tcp://)."""
+    def pick(key: str, default):
+        value = config.get(f"LINECTL_OPCUA_{key}")
+        return default if value in (None, "") else value
+
+    return {"security": str(pick("SECURITY", settings.opcua_security_mode)).lower(),
+            "user": pick("USER", settings.opcua_user),
+            "password": pick("PASSWORD", settings.opcua_password),
+            "cert": pick("CERT", settings.opcua_cert),
+            "key": pick("KEY", settings.opcua_key),
+            "server_cert": pick("SERVER_CERT", settings.opcua_server_cert),
+            "data_dir": config.get("LINECTL_DATA_DIR") or settings.data_dir}
 
 
 class LineHardware:
@@ -54,17 +75,21 @@ class LineHardware:
         self.layout = load_layout(config.get("LINECTL_LINE_FILE") or settings.line_file)
         if self.layout.plc is None:
             raise ValueError("the line layout has no plc: register map (see deploy/REGISTER_MAP.md)")
-        address = config.get("LINECTL_PLC_ADDRESS")
-        host, port = parse_address(address) if address else settings.plc_address
-        self.link = PlcLink(host, port, self.layout.plc.unit_id,
-                            timeout=float(config.get("LINECTL_HW_MODBUS_TIMEOUT", 2.0)))
+        address = config.get("LINECTL_PLC_ADDRESS") or settings.plc_url
+        timeout = float(config.get("LINECTL_HW_MODBUS_TIMEOUT", 2.0))
+        # Modbus: one link for the actions, one for the watcher (a poll never waits
+        # behind a handshake). OPC UA: one session serves both (reads come from its
+        # subscription), so the watcher shares the port.
+        self.port = open_port(address, self.layout, timeout=timeout, options=opcua_options(config, settings))
         self.commands = CommandBuilder(self.layout)
-        self.runner = ActionRunner(self.link, self.layout,
-                                   float(config.get("LINECTL_HW_ACTION_TIMEOUT", 120.0)))
+        self.runner = ActionRunner(self.port, self.layout,
+                                   float(config.get("LINECTL_HW_ACTION_TIMEOUT", 120.0)),
+                                   reconnect_grace=float(config.get("LINECTL_HW_RECONNECT_GRACE", 5.0)))
         self._dispatch = event_dispatcher(config)
         self.robot = RobotQueue(self.runner, self.publish)
-        self.watcher = SignalWatcher(PlcLink(host, port, self.layout.plc.unit_id,
-                                             timeout=self.link.timeout), self.layout)
+        watcher_port = (self.port if self.port.protocol == "opcua"
+                        else open_port(address, self.layout, timeout=timeout, poll_interval=WATCH_POLL_INTERVAL))
+        self.watcher = SignalWatcher(watcher_port, self.layout)
         self._spawn = spawn
         self.stop_grace = float(config.get("LINECTL_HW_STOP_GRACE", 25.0))
         self._machine_starts: set = set()  # greenthreads of machine starts in progress
@@ -91,9 +116,7 @@ class LineHardware:
         never mistakes an old acknowledgement for a new one. Tried until the
         PLC first answers."""
         try:
-            ack, _state, done = self.link.read(self.layout.plc.robot_base + P.R_ACK_ID, 3)
-            seen = [ack, done]
-            seen += [self.link.read(e.base + P.M_ACK_ID, 1)[0] for e in self.layout.plc.equipment]
+            seen = self.port.answered_action_ids()
         except PlcUnavailable:
             return
         self._next_id = max(self._next_id, max(seen) + 1)
@@ -119,7 +142,7 @@ class LineHardware:
                     "errorMessage": "the hardware service is stopping"}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         self._open[correlation_id] = request.action_id
-        if isinstance(command, MachineStart):
+        if isinstance(command, MachineStart | MachineAbort):  # machines run beside the robot
             thread = self._spawn(lambda: self._start_machine(request))
             if thread is not None:
                 self._machine_starts.add(thread)
@@ -159,7 +182,7 @@ class LineHardware:
 
     def plc_state(self) -> dict[str, Any]:
         try:
-            return read_state(self.link, self.layout)
+            return self.port.read_state()
         except PlcUnavailable as exc:
             return {"connected": False, "error": exc.message, "robot": {}, "equipment": []}
 
@@ -191,13 +214,14 @@ class LineHardware:
             log.exception("could not announce the hardware service's start")
 
     def status(self) -> dict[str, Any]:
-        """Cheap (no Modbus request): the watcher's last view of the PLC link and
+        """Cheap (no PLC request): the watcher's last view of the PLC link and
         the action histograms."""
         return {"plcConnected": bool(self.watcher.connected), "actions": self.durations.snapshot()}
 
     def close(self) -> None:
-        self.link.close()
-        self.watcher.link.close()
+        self.port.close()
+        if self.watcher.port is not self.port:
+            self.watcher.port.close()
 
 
 class Hardware(DependencyProvider):

@@ -1,4 +1,5 @@
-"""The PLC register map (offsets inside each block) and the Modbus TCP link.
+"""The PLC register map (offsets inside each block) and the Modbus TCP link
+(the Modbus driver of the device port, services/hardware/device/modbus.py, uses both).
 
 Base addresses come from the layout (``plc:`` keys, :class:`shared.layout.PlcMap`);
 the offsets below are the ones documented in deploy/REGISTER_MAP.md. Every
@@ -13,6 +14,8 @@ import threading
 from pymodbus.client import ModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
 
+from services.hardware.device.port import PlcUnavailable  # re-exported: older imports name it here
+
 # -- robot block (robot_base + offset) -------------------------------------------
 R_CMD_ID = 0        # host writes last: the action id (1..65535) strobes the command
 R_CMD_CODE = 1
@@ -23,6 +26,7 @@ R_DST_SLOT = 5
 R_AUX_SLOT = 6      # SWAP: the buffer slot whose piece goes into the machine
 R_JOB_ID = 7        # 2 registers, high word first
 R_JOB2_ID = 9       # SWAP: the job loaded into the machine (2 registers)
+R_FAULT = 11        # PLC: 0, or an error code while the robot cannot move (8: emergency stop)
 R_ACK_ID = 12       # PLC: the action id it accepted
 R_STATE = 13        # PLC: ROBOT_IDLE / ROBOT_BUSY / ROBOT_DONE / ROBOT_ERROR
 R_DONE_ID = 14      # PLC: the action id that finished (done or error)
@@ -55,6 +59,8 @@ M_ACK_ID = 1        # PLC: the start action id it answered
 M_ERROR_CODE = 2    # PLC: 0 = started, else a PLC_ERRORS code
 M_RUNNING = 3
 M_FAULT = 4         # 0 or a PLC_ERRORS code
+M_ABORT_ID = 5      # host writes an action id: abort every running cycle (pieces stay)
+M_ABORT_ACK_ID = 6  # PLC: the abort action id it answered
 # slot n (1-based) at base + 8 + 8 * (n - 1):
 S_OCCUPIED = 0
 S_DONE = 1          # rises when the slot's cycle finishes; falls when it is unloaded/restarted
@@ -73,6 +79,9 @@ C_DROP_MS = 4            # drop every connection and refuse new ones for this ma
 C_CLEAR = 5              # 1: clear every injected fault
 C_SCRAP_PERMILLE = 6     # inspection fail rate, per mille
 C_RESPONSE_DELAY_MS = 7  # answer every request this late (provokes Modbus timeouts)
+C_ESTOP = 8              # 1: emergency stop now (every machine and the robot fault 8) until CLEAR
+C_RESTART_MS = 9         # the PLC restarts: down this many ms, back with its registers reset
+# offsets 10..15 reserved (0)
 
 PLC_ERRORS = {
     1: "no piece at the source position",
@@ -82,10 +91,12 @@ PLC_ERRORS = {
     5: "machine is busy",
     6: "machine fault",
     7: "nothing to start",
+    8: "emergency stop",
 }
 
 
 ERR_SOURCE_EMPTY = 1  # refused before moving: reported as SOURCE_EMPTY, not PLC_ERROR
+ERR_EMERGENCY_STOP = 8
 
 
 def plc_error_message(code: int) -> str:
@@ -111,15 +122,6 @@ def decode_text(registers: list[int]) -> str:
 
 
 # -- the link --------------------------------------------------------------------
-
-
-class PlcUnavailable(Exception):
-    """A Modbus exchange failed; ``code`` is one of shared.events.HW_ERROR_CODES."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class PlcLink:

@@ -1,4 +1,4 @@
-"""Running actions over the register map, and the one robot's serial queue.
+"""Running actions over the device port (either protocol), and the one robot's serial queue.
 
 :class:`ActionRunner` performs one handshake (robot/tool command or machine
 start) and turns every outcome into an :class:`ActionResult`: nothing raises.
@@ -20,24 +20,31 @@ from services.hardware import plc as P
 from services.hardware.action_requests import (
     ActionRequest,
     ActionResult,
+    MachineAbort,
     MachineStart,
     RobotCommand,
 )
-from services.hardware.plc import PlcLink, PlcUnavailable
+from services.hardware.device import LINK_ERRORS, DevicePort, PlcUnavailable, RobotBusy
+from shared import events as ev
 from shared.events import NOT_EXECUTED
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
+RECONNECT_INTERVAL = 0.2  # seconds between reconnect attempts in the middle of an action
+
 
 class ActionRunner:
-    def __init__(self, link: PlcLink, layout: Layout, action_timeout: float, poll_interval: float = 0.02):
-        self.link = link
+    def __init__(self, port: DevicePort, layout: Layout, action_timeout: float, poll_interval: float = 0.02,
+                 reconnect_grace: float = 5.0):
+        self.port = port
+        # How long an action in flight waits for a lost PLC to answer again before
+        # its outcome is reported unknown (or, never acknowledged, not sent).
+        self.reconnect_grace = reconnect_grace
         self.layout = layout
-        self.map = layout.plc
         self.action_timeout = action_timeout
         self.poll_interval = poll_interval
-        self._machine_locks = {e.equipment_id: Semaphore() for e in self.map.equipment}
+        self._machine_locks = {e.equipment_id: Semaphore() for e in layout.plc.equipment}
 
     def run(self, request: ActionRequest) -> ActionResult:
         started = time.monotonic()
@@ -49,6 +56,8 @@ class ActionRunner:
         try:
             if isinstance(request.command, RobotCommand):
                 data = self._robot(request.action_id, request.command, started)
+            elif isinstance(request.command, MachineAbort):
+                data = self._abort(request.action_id, request.command, started)
             else:
                 data = self._machine(request.action_id, request.command, started)
         except PlcUnavailable as exc:
@@ -62,50 +71,133 @@ class ActionRunner:
     def _wait(self, started: float, what: str) -> None:
         if time.monotonic() - started > self.action_timeout:
             raise PlcUnavailable("ACTION_TIMEOUT", f"{what}: no answer within {self.action_timeout:g}s")
-        eventlet.sleep(self.poll_interval)
+        self.port.wait_for_answer(self.poll_interval)  # Modbus: the poll interval; OPC UA: the notification
+
+    def _read_after_loss(self, read: Callable[[], tuple], deadline: float | None = None) -> tuple | None:
+        """``read()`` once the PLC answers again before ``deadline`` (default: within
+        ``reconnect_grace``); None if it does not."""
+        deadline = time.monotonic() + self.reconnect_grace if deadline is None else deadline
+        while True:
+            try:
+                return read()
+            except PlcUnavailable as exc:
+                if exc.code not in LINK_ERRORS or time.monotonic() >= deadline:
+                    return None
+            self.port.wait_for_link(min(RECONNECT_INTERVAL, max(deadline - time.monotonic(), 0.0)))
+
+    def _handshake(self, action_id: int, what: str, started: float, read: Callable[[], tuple],
+                   answered) -> tuple:
+        """Wait for the PLC's answer to the command just sent: ``read()`` until
+        ``answered(values)``, ``values[0]`` being the id the PLC acknowledged. A
+        connection lost on the way is not a failure yet: once the PLC answers
+        again, its answer says whether it had the action. Never acknowledged (and
+        not back within ``reconnect_grace``, or back without it): it did not
+        happen (NOT_SENT). Acknowledged: the device goes on without the link, so
+        the PLC is waited for until the action's deadline; back with the action,
+        the handshake goes on; back without it (it restarted) or not back:
+        OUTCOME_UNKNOWN, reported at once."""
+        acked = False
+        while True:
+            try:
+                values = read()
+            except PlcUnavailable as exc:
+                if exc.code not in LINK_ERRORS:
+                    raise
+                values = self._read_after_loss(read, started + self.action_timeout if acked else None)
+                if values is None or values[0] != action_id:
+                    if acked:
+                        raise PlcUnavailable(ev.OUTCOME_UNKNOWN, f"{what}: the PLC acknowledged it, then "
+                                             f"the connection was lost ({exc.message}) and the PLC "
+                                             "came back without it") from None
+                    raise PlcUnavailable(ev.NOT_SENT, f"{what}: never acknowledged, the connection was "
+                                         f"lost ({exc.message})") from None
+            acked = acked or values[0] == action_id
+            if answered(values):
+                return values
+            self._wait(started, what)
+
+    def _robot_answer(self) -> tuple:
+        status = self.port.robot_status()
+        return status.ack_id, status.state, status.done_id, status.error_code
 
     def _robot(self, action_id: int, cmd: RobotCommand, started: float) -> dict:
-        base = self.map.robot_base
-        # A robot still busy with an action a previous instance of this service sent
-        # (it was restarted mid-action) ignores a new command: wait until it is done.
-        while self.link.read(base + P.R_STATE, 1)[0] == P.ROBOT_BUSY:
-            self._wait(started, f"robot busy before action {action_id}")
-        params = [cmd.code, cmd.src[0], cmd.src[1], cmd.dst[0], cmd.dst[1], cmd.aux_slot,
-                  *P.split_u32(cmd.job_id), *P.split_u32(cmd.job2_id)]
-        self.link.write(base + P.R_CMD_CODE, params)
-        self.link.write(base + P.R_TEXT_IN, P.encode_text(cmd.text))
-        self.link.write(base + P.R_CMD_ID, [action_id])  # the strobe, last
-        while True:
-            _ack, state, done_id, error = self.link.read(base + P.R_ACK_ID, 4)
-            if done_id == action_id:
-                if state == P.ROBOT_ERROR or error:
-                    code = "SOURCE_EMPTY" if error == P.ERR_SOURCE_EMPTY else "PLC_ERROR"
-                    raise PlcUnavailable(code, P.plc_error_message(error))
-                break
-            self._wait(started, f"robot action {action_id}")
+        what = f"robot action {action_id}"
+        ready_by = time.monotonic() + self.reconnect_grace
+        try:
+            # A robot still busy with an action a previous instance of this service sent
+            # (it was restarted mid-action) ignores a new command: wait until it is done.
+            # A PLC away or a robot stopped (an emergency stop) may be back in a moment:
+            # waited for up to reconnect_grace, then the action is not sent.
+            while True:
+                try:
+                    status = self.port.robot_status()
+                except PlcUnavailable as exc:
+                    if exc.code not in LINK_ERRORS or time.monotonic() >= ready_by:
+                        raise
+                    self.port.wait_for_link(RECONNECT_INTERVAL)
+                    continue
+                if status.fault:
+                    if time.monotonic() >= ready_by:
+                        raise PlcUnavailable(ev.NOT_SENT, f"{what} not sent: the robot reports "
+                                             f"{P.plc_error_message(status.fault)}")
+                    eventlet.sleep(RECONNECT_INTERVAL)
+                    continue
+                if status.state != P.ROBOT_BUSY:
+                    try:
+                        self.port.send_robot_command(action_id, cmd)
+                        break
+                    except RobotBusy:  # busy after all (the state read was older): wait as above
+                        pass
+                self._wait(started, f"robot busy before action {action_id}")
+        except PlcUnavailable as exc:
+            if exc.code in LINK_ERRORS:  # the port raises those only before the PLC can have it
+                raise PlcUnavailable(ev.NOT_SENT, f"{what} not sent: {exc.message}") from None
+            raise
+        _ack, state, _done, error = self._handshake(
+            action_id, what, started, self._robot_answer, lambda v: v[2] == action_id)
+        if state == P.ROBOT_ERROR or error:
+            code = "SOURCE_EMPTY" if error == P.ERR_SOURCE_EMPTY else "PLC_ERROR"
+            raise PlcUnavailable(code, P.plc_error_message(error))
         if cmd.code == P.CMD_SCAN:
-            text = self.link.read(base + P.R_TEXT_OUT, P.TEXT_REGISTERS)
-            return {"code": P.decode_text(text)}
+            return {"code": self.port.scan_text()}
         if cmd.code == P.CMD_MARK:
             return {"text": cmd.text}
         return {}
 
     def _machine(self, action_id: int, cmd: MachineStart, started: float) -> dict:
-        regs = self.map.for_equipment(cmd.equipment_id)
+        what = f"start {action_id} of {cmd.equipment_id}"
+
+        def answer() -> tuple:
+            reply = self.port.machine_answer(cmd.equipment_id)
+            return reply.ack_id, reply.error_code
+
         with self._machine_locks[cmd.equipment_id]:
-            for slot, job in cmd.jobs.items():
-                slot_base = regs.base + 8 + 8 * (slot - 1)
-                self.link.write(slot_base + P.S_JOB_ID, P.split_u32(job))
-                self.link.write(slot_base + P.S_START, [1])
-            self.link.write(regs.base + P.M_START_ID, [action_id])
-            while True:
-                ack, error = self.link.read(regs.base + P.M_ACK_ID, 2)
-                if ack == action_id:
+            for attempt in (1, 2):  # away for a moment? waited for as a robot action is, then again
+                try:
+                    self.port.start_machine(cmd.equipment_id, action_id, dict(cmd.jobs))
                     break
-                self._wait(started, f"start of {cmd.equipment_id}")
+                except PlcUnavailable as exc:
+                    if exc.code not in LINK_ERRORS:
+                        raise
+                    if attempt == 2 or self._read_after_loss(answer) is None:
+                        raise PlcUnavailable(ev.NOT_SENT, f"{what} not sent: {exc.message}") from None
+            _ack, error = self._handshake(action_id, what, started, answer, lambda v: v[0] == action_id)
         if error:
             raise PlcUnavailable("PLC_ERROR", P.plc_error_message(error))
         return {"equipmentId": cmd.equipment_id, "slots": sorted(cmd.jobs)}
+
+    def _abort(self, action_id: int, cmd: MachineAbort, started: float) -> dict:
+        what = f"abort {action_id} of {cmd.equipment_id}"
+        with self._machine_locks[cmd.equipment_id]:
+            # A PLC away is waited for by the handshake (never acknowledged within the grace: NOT_SENT).
+            try:
+                self.port.abort_machine(cmd.equipment_id, action_id)
+            except PlcUnavailable as exc:
+                if exc.code not in LINK_ERRORS:
+                    raise
+            self._handshake(action_id, what, started, lambda: (self.port.abort_answer(cmd.equipment_id),),
+                            lambda v: v[0] == action_id)
+        return {"equipmentId": cmd.equipment_id}
 
 
 def not_executed(request: ActionRequest) -> ActionResult:

@@ -1,5 +1,5 @@
-"""The ``hardware`` nameko service: robot, tool and machine actions over Modbus
-TCP, and the PLC signal watcher (contracts: docs/architecture.md, "hardware RPCs").
+"""The ``hardware`` nameko service: robot, tool and machine actions over the
+device port (Modbus TCP or OPC UA), and the PLC signal watcher (contracts: docs/architecture.md, "hardware RPCs").
 
 Action RPCs validate, queue and answer ``{"accepted": true, "actionId": n}`` at
 once; the outcome arrives later as exactly one result event. Invalid requests
@@ -16,7 +16,11 @@ from services.hardware import action_requests as actions
 from services.hardware.dependencies import Hardware
 from shared import events as ev
 
-WATCH_INTERVAL = 0.1  # seconds between PLC polls (fixed rate)
+# The watch entrypoint waits inside for the port's next change (Modbus: its poll
+# interval; OPC UA: a notification), so the timer only restarts it; the floor
+# keeps a port that returned at once from spinning.
+WATCH_INTERVAL = 0.01
+WATCH_WAIT = 0.5  # seconds one watch waits for a change (bounds a clean stop's wait)
 
 
 def _accept(hardware, correlation_id, build):
@@ -79,6 +83,11 @@ class HardwareService:
                        lambda: self.hardware.commands.start_machine(equipment_id, jobs))
 
     @rpc
+    def abort_cycle(self, correlation_id, equipment_id):
+        return _accept(self.hardware, correlation_id,
+                       lambda: self.hardware.commands.abort_cycle(equipment_id))
+
+    @rpc
     def plc_state(self):
         return self.hardware.plc_state()
 
@@ -92,5 +101,5 @@ class HardwareService:
 
     @timer(interval=WATCH_INTERVAL)
     def watch(self):
-        for event_type, payload in self.hardware.watcher.poll():
+        for event_type, payload in self.hardware.watcher.watch(WATCH_WAIT):
             self.dispatch(event_type, payload)

@@ -1,10 +1,12 @@
-"""Reading the whole PLC state, and turning successive reads into edge events.
+"""Turning successive pictures of the PLC into edge events.
 
-:func:`read_state` is one consistent picture (the ``plc_state()`` RPC shape);
-:class:`SignalWatcher` compares it with the previous picture and returns the
+The device port's ``read_state()`` is one consistent picture (the
+``plc_state()`` RPC shape, built by services/hardware/device/modbus.py's
+``state_picture`` for both protocols); :class:`SignalWatcher` compares each
+picture with the previous one and returns the
 signals to dispatch, once per edge: a slot's done flag rising, the dock's
 arrival counter moving, a machine's fault register changing, the connection
-going up or down. Its memory survives
+going up or down, the robot's fault register changing. Its memory survives
 reconnects, so a dropped link never repeats an event; on the very first read
 after start-up, a done slot or a waiting pallet counts as an edge (the
 line_controller may have missed it while the service was down), and so does
@@ -14,11 +16,10 @@ a machine in fault.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
-from services.hardware import plc as P
-from services.hardware.plc import PlcLink, PlcUnavailable
+from services.hardware.device import DevicePort, PlcUnavailable
+from services.hardware.device.modbus import read_state  # noqa: F401 (the Modbus picture, named here before)
 from shared import events as ev
 from shared.layout import Layout
 
@@ -26,43 +27,13 @@ Signal = tuple[str, dict[str, Any]]
 log = logging.getLogger(__name__)
 
 
-def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:
-    """The PLC's state per machine and slot, robot, dock and buffer."""
-    m = layout.plc
-    ack, state, done_id, error = link.read(m.robot_base + P.R_ACK_ID, 4)
-    pieces, arrival_seq = link.read(m.dock_base, 2)
-    buffer = link.read(m.buffer_base, layout.buffer_slots)
-    equipment = []
-    for regs in m.equipment:
-        spec = layout.equipment_by_id(regs.equipment_id)
-        block = link.read(regs.base, regs.size)
-        slots = []
-        for n in range(1, regs.slots + 1):
-            s = block[8 + 8 * (n - 1):8 * (n + 1)]
-            job = P.join_u32(s[P.S_JOB_ID], s[P.S_JOB_ID + 1])
-            slot = {"slotNo": n, "occupied": bool(s[P.S_OCCUPIED]), "running": bool(s[P.S_RUNNING]),
-                    "done": bool(s[P.S_DONE]), "jobId": job or None}
-            if spec.inspection:
-                slot["pass"] = {P.RESULT_PASS: True, P.RESULT_FAIL: False}.get(s[P.S_RESULT])
-            slots.append(slot)
-        equipment.append({"id": regs.equipment_id, "running": bool(block[P.M_RUNNING]),
-                          "fault": block[P.M_FAULT] or None, "slots": slots})
-    return {
-        "connected": True,
-        # When the registers were read (this process's clock): the line_controller
-        # keeps the newest of several observations of the dock.
-        "observedAt": datetime.now(UTC).isoformat(),
-        "robot": {"state": ("IDLE", "BUSY", "DONE", "ERROR")[state] if state < 4 else str(state),
-                  "ackId": ack, "doneId": done_id, "errorCode": error or None},
-        "dock": {"pieces": pieces, "arrivals": arrival_seq},
-        "buffer": [{"slotNo": i + 1, "occupied": bool(v)} for i, v in enumerate(buffer)],
-        "equipment": equipment,
-    }
-
-
 class SignalWatcher:
-    def __init__(self, link: PlcLink, layout: Layout):
-        self.link = link
+    """Edges from the port's pictures. :meth:`watch` waits for the port to say
+    something changed (Modbus: its poll interval; OPC UA: a data-change
+    notification), then :meth:`poll` reads the pictures since the last one."""
+
+    def __init__(self, port: DevicePort, layout: Layout):
+        self.port = port
         self.layout = layout
         self.connected: bool | None = None  # unknown until the first poll
         # (done, jobId) per slot as last seen: a new piece done on the same slot is an
@@ -70,23 +41,44 @@ class SignalWatcher:
         self._done: dict[tuple[str, int], tuple[bool, int | None]] = {}
         self._arrival_seq: int | None = None
         self._fault: dict[str, int | None] = {}  # machine → fault code as last seen
+        self._robot_fault: int | None = None  # the robot's fault code as last seen
         self.polls = 0
+
+    def watch(self, timeout: float = 1.0) -> list[Signal]:
+        """The signals of the next change (or of none within ``timeout``)."""
+        self.port.wait_for_change(timeout)
+        return self.poll()
 
     def poll(self) -> list[Signal]:
         self.polls += 1
         try:
-            state = read_state(self.link, self.layout)
+            changes = self.port.state_changes()
         except PlcUnavailable as exc:
-            if self.connected is not False:
-                self.connected = False
-                log.warning("PLC connection lost: %s", exc.message)
-                return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message})]
+            changes = [exc]
+        signals: list[Signal] = []
+        for change in changes:  # pictures, and the link's losses between them, in order
+            signals.extend(self._lost(change) if isinstance(change, PlcUnavailable) else self._edges(change))
+        return signals
+
+    def _lost(self, exc: PlcUnavailable) -> list[Signal]:
+        if self.connected is False:
             return []
+        self.connected = False
+        log.warning("PLC connection lost: %s", exc.message)
+        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:200]})]
+
+    def _edges(self, state: dict[str, Any]) -> list[Signal]:
         signals: list[Signal] = []
         if self.connected is not True:
             self.connected = True
-            log.info("PLC connected at %s", self.link.address)
-            signals.append((ev.PLC_CONNECTION, {"connected": True}))
+            log.info("PLC connected at %s", self.port.address)
+            # with what the PLC holds now: the line_controller checks it against its
+            # records (a PLC that restarted forgot its cycles)
+            signals.append((ev.PLC_CONNECTION, {"connected": True, "plcState": state}))
+        robot_fault = state["robot"]["fault"]
+        if robot_fault != self._robot_fault:
+            signals.append((ev.ROBOT_FAULT, {"fault": robot_fault, "observedAt": state["observedAt"]}))
+        self._robot_fault = robot_fault
         dock = state["dock"]
         if dock["arrivals"] != self._arrival_seq and (self._arrival_seq is not None or dock["pieces"]):
             signals.append((ev.PALLET_ARRIVED, {"count": dock["pieces"], "observedAt": state["observedAt"]}))

@@ -62,6 +62,9 @@ class Inconsistency:
     equipment_id: str | None = None
     task_id: int | None = None
     context: Mapping[str, Any] = field(default_factory=dict)
+    # What fills ``text`` (the page words it from these in its reader's language);
+    # unlike ``context``, not part of what identifies the finding.
+    facts: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -140,6 +143,10 @@ def jobs_not_in_their_slot(jobs: list[JobRow], slots: list[SlotRow]) -> list[Inc
                    f"is {slot.status} holding {slot.current_job_id or 'nothing'}") + ".",
                 job_ids=(j.id,), equipment_id=eq or None,
                 context={"positionRefId": j.position_ref_id},
+                facts={"case": "JOB_SLOT_MISSING" if slot is None else "JOB_SLOT_DIFFERS", "job_id": j.id,
+                       "position_ref_id": j.position_ref_id,
+                       "slot_status": None if slot is None else slot.status,
+                       "slot_job_id": None if slot is None else slot.current_job_id},
             ))
     return found
 
@@ -160,6 +167,10 @@ def slots_holding_another_job(jobs: list[JobRow], slots: list[SlotRow]) -> list[
                 f"Slot {s.equipment_id}:{s.slot_no} holds job {s.current_job_id}, which {where}.",
                 job_ids=(s.current_job_id,) if j else (), equipment_id=s.equipment_id,
                 context={"slotNo": s.slot_no},
+                facts={"case": "SLOT_JOB_NOT_LIVE" if j is None else "SLOT_JOB_ELSEWHERE",
+                       "equipment_id": s.equipment_id, "slot_no": s.slot_no, "slot_job_id": s.current_job_id,
+                       "position_type": None if j is None else j.position_type,
+                       "position_ref_id": None if j is None else j.position_ref_id},
             ))
     return found
 
@@ -169,6 +180,7 @@ def buffer_slots_out_of_range(jobs: list[JobRow], buffer_slots: int) -> list[Inc
         BUFFER_SLOT_OUT_OF_RANGE,
         f"Job {j.id} holds buffer slot {j.temp_slot_no}; the buffer has slots 1..{buffer_slots}.",
         job_ids=(j.id,), context={"tempSlotNo": j.temp_slot_no},
+        facts={"job_id": j.id, "buffer_slot": j.temp_slot_no, "buffer_slots": buffer_slots},
     ) for j in jobs if j.temp_slot_no is not None and not 1 <= j.temp_slot_no <= buffer_slots]
 
 
@@ -182,6 +194,7 @@ def buffer_slots_held_twice(jobs: list[JobRow], buffer_slots: int) -> list[Incon
         DUPLICATE_BUFFER_SLOT,
         f"Jobs {', '.join(map(str, sorted(ids)))} all hold buffer slot {slot_no}.",
         job_ids=tuple(sorted(ids)), context={"tempSlotNo": slot_no},
+        facts={"job_ids": sorted(ids), "buffer_slot": slot_no},
     ) for slot_no, ids in sorted(holders.items()) if len(ids) > 1]
 
 
@@ -192,6 +205,7 @@ def tasks_with_unknown_outcome(tasks: Iterable[TaskRow]) -> list[Inconsistency]:
         f"Task {t.id} ({t.kind}) was running when the line controller or the hardware service restarted; "
         "whether the hardware finished it is unknown.",
         job_ids=(t.job_id,) if t.job_id else (), equipment_id=t.equipment_id, task_id=t.id,
+        facts={"task_id": t.id, "task_kind": t.kind, "job_id": t.job_id, "equipment_id": t.equipment_id},
     ) for t in tasks if t.status == "RUNNING"]
 
 
@@ -203,7 +217,7 @@ def pieces_in_process_unchecked(jobs: list[JobRow]) -> list[Inconsistency]:
     return [Inconsistency(
         PLC_UNREACHABLE,
         "The PLC could not be read, so machines with pieces in process cannot be checked.",
-        job_ids=tuple(processing),
+        job_ids=tuple(processing), facts={"job_ids": processing},
     )]
 
 
@@ -233,6 +247,7 @@ def machines_idle_but_db_running(processing: dict[str, list[int]], plc_machines:
                 f"{eq_id} should be processing job(s) {', '.join(map(str, job_ids))}, "
                 "but the PLC reports it neither running nor done.",
                 job_ids=tuple(job_ids), equipment_id=eq_id,
+                facts={"equipment_id": eq_id, "job_ids": list(job_ids)},
             ))
     return found
 
@@ -242,5 +257,5 @@ def machines_running_but_db_idle(processing: dict[str, list[int]],
     return [Inconsistency(
         MACHINE_RUNNING_BUT_DB_IDLE,
         f"The PLC reports {eq_id} running, but no piece is being processed there in the database.",
-        equipment_id=eq_id,
+        equipment_id=eq_id, facts={"equipment_id": eq_id},
     ) for eq_id, m in sorted(plc_machines.items()) if m.get("running") and eq_id not in processing]

@@ -153,7 +153,8 @@ class ProductionLoop(DependencyProvider):
         layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
         self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
                               action_timeout_seconds=float(config.get(
-                                  "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)))
+                                  "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)),
+                              cycle_overdue_factor=self.settings.cycle_overdue_factor)
         self.instance_id = uuid.uuid4().hex
         self.loop.hardware = NamekoHardwarePort(config, self.loop, instance_id=self.instance_id)
 

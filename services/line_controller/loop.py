@@ -93,13 +93,14 @@ class Pending:
 class EventLoop:
     def __init__(self, engine: Engine, layout, *, publish=None, scheduler: Scheduler | None = None,
                  executor: ActionExecutor | None = None, hardware: HardwarePort | None = None,
-                 action_timeout_seconds: float = 120.0):
+                 action_timeout_seconds: float = 120.0, cycle_overdue_factor: float = 3.0):
         self.engine = engine
         self.layout = layout
         self.publish = publish or (lambda tx_id, frames: None)
         self.scheduler = scheduler
         self.executor = executor or ActionExecutor(action_timeout_seconds)
         self.hardware = hardware
+        self.cycle_overdue_factor = cycle_overdue_factor
         self.inbox: LightQueue = LightQueue()
         self._waiting: collections.deque = collections.deque()  # enqueue times, for lag
         self._pending: dict[str, list[Pending]] = {}
@@ -111,6 +112,11 @@ class EventLoop:
         # A hardware instance said it stops cleanly (its id): no scheduling round
         # sends it work until the next instance's start has been checked.
         self.hardware_away: str | None = None
+        # The PLC does not answer, or the robot reports a fault (an emergency stop):
+        # no scheduling round sends a robot or machine command until it is back, so
+        # one stop asks one question per stopped machine, not one per retry.
+        self.plc_away = False
+        self.robot_stopped = False
         self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
 
@@ -185,6 +191,7 @@ class EventLoop:
                 "recovering": self.recovering, "duplicatesTotal": self.duplicates_total,
                 "failedTransactionsTotal": self.uow.failed_transactions,
                 "hardwareAway": self.hardware_away is not None,
+                "plcAway": self.plc_away, "robotStopped": self.robot_stopped,
                 "handling": self.handling.snapshot()}
 
     # -- the way in -------------------------------------------------------------------------
@@ -251,7 +258,7 @@ class EventLoop:
             return self._reject(msg, exc)
         try:
             with self.uow.begin(msg.id if record else None) as work:
-                ctx = HandlerContext(work.db, msg, self.layout)
+                ctx = HandlerContext(work.db, msg, self.layout, cycle_overdue_factor=self.cycle_overdue_factor)
                 result = HANDLERS[type(body)](body, ctx)
                 status = ctx.outcome or "HANDLED"
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
@@ -284,7 +291,17 @@ class EventLoop:
             log.info("hardware instance %s stops: robot work held until the next one starts",
                      body.instance_id)
             self.hardware_away = body.instance_id
+        elif isinstance(body, m.PlcConnection):
+            self.plc_away = not body.connected
+            log.info("PLC %s", "back: scheduling resumes" if body.connected else "away: new work held")
+        elif isinstance(body, m.RobotFault):
+            self.robot_stopped = body.fault is not None
+            log.info("robot %s", f"reports fault {body.fault}: new work held" if body.fault is not None
+                     else "fault cleared: scheduling resumes")
         elif isinstance(body, m.RecoveryCheck):
+            robot = (body.plc_state or {}).get("robot") or {}
+            if body.plc_state and not body.hardware_started_at:
+                self.robot_stopped = robot.get("fault") is not None
             if body.hardware_started:
                 self._hardware_started_at = body.hardware_started
                 self.hardware_away = None
@@ -353,11 +370,16 @@ class EventLoop:
 
     # -- the scheduling round -------------------------------------------------------------------
 
+    @property
+    def cell_stopped(self) -> bool:
+        """The PLC is away or the robot is stopped: the line waits for it."""
+        return self.plc_away or self.robot_stopped
+
     def schedule(self) -> None:
         """Read a snapshot, let the scheduler choose, apply the chosen actions, all
         in one transaction; a failed condition drops the whole round (the next
         round re-plans from the state as it is). None before the recovery check."""
-        if self.scheduler is None or self.recovering or self.hardware_away:
+        if self.scheduler is None or self.recovering or self.hardware_away or self.cell_stopped:
             return
         requests: list[HardwareRequest] = []
         try:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from shared import events as ev
 from shared.db.models import JOB_TERMINAL
 
-from .dbstate import DBState
+from .dbstate import DBState, Rejected
 from .hardware_port import HardwareRequest
 from .job_lifecycle import (
     advance_after_step,
@@ -32,6 +33,19 @@ INSPECTION_DECISION = "INSPECTION_DECISION"
 SIGNAL_MISMATCH = "SIGNAL_MISMATCH"
 REMOVE_CANCELLED_PIECES = "REMOVE_CANCELLED_PIECES"
 REMOVE_FINISHED_PIECE = "REMOVE_FINISHED_PIECE"
+MACHINE_FAULT_DURING_CYCLE = "MACHINE_FAULT_DURING_CYCLE"
+CYCLE_OVERDUE = "CYCLE_OVERDUE"
+
+# The alarm a machine's own fault report raises, open for as long as the PLC
+# reports the fault (seed 004: a fault is equipment FAULT and an alarm).
+EQUIPMENT_FAULT_ALARM = "EQUIPMENT_FAULT"
+# Refused answers that need the machine while its PLC still reports the fault.
+EQUIPMENT_FAULTED = "EQUIPMENT_FAULTED"
+# The kinds that put a machine in question: nothing is loaded onto it or started
+# on it while one is open (unloading is still allowed).
+MACHINE_IN_QUESTION = (EQUIPMENT_FAULT, MACHINE_FAULT_DURING_CYCLE, CYCLE_OVERDUE)
+
+ABORT_TIMEOUT_SECONDS = 30.0  # an abort is answered at once by the PLC
 
 Resolver = Callable[[DBState, object, str], "list[HardwareRequest] | None"]
 
@@ -63,8 +77,22 @@ def _retry_or_scrap_job(db: DBState, action, resolution: str):
     return None
 
 
+def plc_reports_fault(db: DBState, equipment_id: str) -> bool:
+    """Whether the machine's PLC still reports a fault: its fault alarm is open
+    from the fault edge until the clear edge (``handlers.signals.machine_fault``)."""
+    return bool(db.open_alarms(equipment_id=equipment_id, code=EQUIPMENT_FAULT_ALARM))
+
+
+def _machine_needed(db: DBState, action, resolution: str) -> None:
+    if plc_reports_fault(db, action.equipment_id):
+        raise Rejected(EQUIPMENT_FAULTED, f"{action.equipment_id} still reports a fault: answer "
+                       f"{resolution} once it is cleared (the action stays open)")
+
+
 def _retry_or_scrap_start(db: DBState, action, resolution: str):
     """The machine IDLE again; its suspended jobs back to what they were (RETRY) or scrapped."""
+    if resolution == "RETRY":
+        _machine_needed(db, action, resolution)
     equipment = db.equipment(action.equipment_id)
     if equipment.status == "FAULT":
         db.set_equipment_status(equipment.id, "IDLE")
@@ -77,6 +105,52 @@ def _retry_or_scrap_start(db: DBState, action, resolution: str):
         else:
             scrap_job(db, job)
     return None
+
+
+def _stopped_cycle(db: DBState, action, resolution: str):
+    """A cycle a fault stopped: the answer applies at once (``apply_stopped_cycle_answer``)."""
+    if resolution == "RESTART_CYCLE":
+        _machine_needed(db, action, resolution)
+    apply_stopped_cycle_answer(db, action.equipment_id, (action.context or {}).get("pieces", []), resolution)
+    return None
+
+
+def _overdue_cycle(db: DBState, action, resolution: str):
+    """A cycle still running far past its time: it is aborted first (``ABORT_CYCLE``);
+    once the PLC has aborted it, the answer applies as for a stopped cycle."""
+    if resolution == "RESTART_CYCLE":
+        _machine_needed(db, action, resolution)
+    pieces = (action.context or {}).get("pieces", [])
+    task = db.create_task(ev.ABORT_CYCLE, job_id=None, equipment_id=action.equipment_id,
+                          params={"answer": resolution, "pieces": pieces, "manualActionId": action.id},
+                          timeout_seconds=ABORT_TIMEOUT_SECONDS)
+    db.start_task(task.id)
+    return [HardwareRequest("abort_cycle", task.id, ev.MACHINE_ABORT_FAILED,
+                            {"equipment_id": action.equipment_id})]
+
+
+def apply_stopped_cycle_answer(db: DBState, equipment_id: str, pieces: list[dict], resolution: str) -> None:
+    """The pieces of a stopped cycle, still in their slots. RESTART_CYCLE: they are
+    QUEUED there, so the next round starts them again (a new cycle; the stopped
+    one is void). RETURN_TO_BUFFER / SCRAP: their slots DONE, so the robot unloads
+    them; unloaded, they do this step again later (``afterFault``) or are
+    scrapped (``task_outcomes._unloaded``)."""
+    held = []
+    for piece in pieces:
+        job = db.job(piece["jobId"])
+        slot = db.slot(equipment_id, piece["slotNo"])
+        if (job is not None and job.status == "SUSPENDED" and slot is not None
+                and slot.status == "OCCUPIED" and slot.current_job_id == job.id):
+            held.append((job, slot))
+    if resolution == "RESTART_CYCLE":
+        for job, _slot in held:
+            db.set_job_status(job.id, ("SUSPENDED",), "QUEUED", held_status=None)
+        return
+    db.abort_cycles(equipment_id, [job.id for job, _slot in held])
+    for job, slot in held:
+        db.set_job_status(job.id, ("SUSPENDED",), "WAITING_UNLOAD", held_status=None,
+                          context_patch={"afterFault": resolution})
+        db.set_equipment_slot(equipment_id, slot.slot_no, ("OCCUPIED",), "DONE", job.id)
 
 
 def _inspection_verdict(db: DBState, action, resolution: str):
@@ -137,14 +211,29 @@ MANUAL_ACTIONS: dict[str, ManualActionKind] = {k.kind: k for k in (
         "Take the finished piece of job {job_id} off buffer slot {buffer_slot} "
         "({error_code}): the slot is free for the next piece.",
         ("DONE",), _acknowledged),
+    ManualActionKind(
+        MACHINE_FAULT_DURING_CYCLE,
+        "{equipment_id} faulted during the cycle of {pieces}. RESTART_CYCLE runs the cycle again "
+        "with the pieces in place (once the fault is cleared); RETURN_TO_BUFFER puts each piece back "
+        "on its buffer slot to do this step again later; SCRAP takes the pieces out of the cell.",
+        ("RESTART_CYCLE", "RETURN_TO_BUFFER", "SCRAP"), _stopped_cycle),
+    ManualActionKind(
+        CYCLE_OVERDUE,
+        "{equipment_id} has been running the cycle of {pieces} for far longer than it should "
+        "({reason}). It is aborted first; then RESTART_CYCLE runs it again with the pieces in place; "
+        "RETURN_TO_BUFFER puts each piece back on its buffer slot to do this step again later; "
+        "SCRAP takes the pieces out of the cell.",
+        ("RESTART_CYCLE", "RETURN_TO_BUFFER", "SCRAP"), _overdue_cycle),
 )}
 
 
 def open_manual_action(db: DBState, kind: str, facts: Mapping, **columns):
     """Open a ``kind`` action: its text filled from ``facts``, its choices from the
-    table; ``columns``: job_id, equipment_id, alarm_id, context."""
+    table; ``columns``: job_id, equipment_id, alarm_id, context. The facts are kept
+    too (``facts`` in its JSON): the page says the same in its reader's language."""
     spec = MANUAL_ACTIONS[kind]
-    return db.create_manual_action(kind, spec.text.format_map(facts), list(spec.choices), **columns)
+    return db.create_manual_action(kind, spec.text.format_map(facts), list(spec.choices), facts=facts,
+                                   **columns)
 
 
 def resolve_manual_action(db: DBState, action, resolution: str) -> list[HardwareRequest]:

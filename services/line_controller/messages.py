@@ -226,6 +226,25 @@ class MachineFault:
 
 
 @external_event
+class PlcConnection:
+    """The watcher's link to the PLC went down or came back; coming back, it
+    carries what the PLC holds now (``plcState``), to check against the records."""
+    connected: bool = False
+    error: str | None = None
+    plc_state: dict | None = key("plcState", None)
+
+
+@external_event
+class RobotFault:
+    """The robot's fault register changed (an emergency stop holds it): a code, or None once clear."""
+    fault: int | None = None
+    observed_at: str | None = key("observedAt", None)
+
+    def validate(self):
+        instant("observedAt", self.observed_at)
+
+
+@external_event
 class PalletArrived:
     count: int = 1
     # When the hardware read the dock (its clock): an older reading never overrides a newer one.
@@ -331,6 +350,16 @@ class MachineStartSucceeded(ActionSucceeded):
 
 @worker_result
 class MachineStartFailed(ActionFailed):
+    pass
+
+
+@worker_result
+class MachineAbortSucceeded(ActionSucceeded):
+    pass
+
+
+@worker_result
+class MachineAbortFailed(ActionFailed):
     pass
 
 

@@ -97,11 +97,15 @@ class LineControllerService:
     on_tool_action_failed = _fed(ev.TOOL_ACTION_FAILED)
     on_machine_start_succeeded = _fed(ev.MACHINE_START_SUCCEEDED)
     on_machine_start_failed = _fed(ev.MACHINE_START_FAILED)
+    on_machine_abort_succeeded = _fed(ev.MACHINE_ABORT_SUCCEEDED)
+    on_machine_abort_failed = _fed(ev.MACHINE_ABORT_FAILED)
     on_machine_done = _fed(ev.MACHINE_DONE)
     on_inspection_result = _fed(ev.INSPECTION_RESULT)
     on_machine_fault = _fed(ev.MACHINE_FAULT)
     on_hardware_stopping = _fed(ev.HARDWARE_STOPPING)
     on_pallet_arrived = _fed(ev.PALLET_ARRIVED)
+    on_plc_connection = _fed(ev.PLC_CONNECTION)
+    on_robot_fault = _fed(ev.ROBOT_FAULT)
 
     @event_handler(ev.HARDWARE, ev.HARDWARE_STARTED, requeue_on_error=True)
     def on_hardware_started(self, payload):

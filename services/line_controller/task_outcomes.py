@@ -11,7 +11,9 @@ from shared.db.models import JOB_HELD
 from . import manual_actions as ma
 from .dbstate import DBState
 from .hardware_port import HardwareRequest
-from .job_lifecycle import advance_after_step, restore_job, take_out_again
+from .job_lifecycle import advance_after_step, restore_job, take_out, take_out_again
+from .machine_faults import suspend_stopped_cycles
+from .manual_actions import apply_stopped_cycle_answer, plc_reports_fault
 
 # A take-out answered NOT_EXECUTED is sent again; after this many, an operator takes it.
 MAX_TAKE_OUT_REISSUES = 3
@@ -20,6 +22,10 @@ MAX_TAKE_OUT_REISSUES = 3
 def _succeeded_start(db: DBState, task, job_ids) -> None:
     # Running unless its MachineDone overtook this result (no piece of it still processing).
     equipment = db.equipment(task.equipment_id)
+    if plc_reports_fault(db, equipment.id):
+        # The fault came after the PLC took the start: the cycle it began has stopped.
+        suspend_stopped_cycles(db, equipment.id, job_ids=set(job_ids), reason="fault")
+        return
     still = [j for j in (db.job(i) for i in job_ids)
              if j.status == "PROCESSING" or j.held_status == "PROCESSING"]
     if still and equipment.status == "IDLE":
@@ -37,11 +43,11 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
     elif kind == ev.BUFFER_TO_EQUIPMENT:
         db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
     elif kind == ev.EQUIPMENT_TO_BUFFER:
-        return advance_after_step(db, db.move_job_to_buffer(job_ids[0]))
+        return _unloaded(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
         moved = db.move_job_to_buffer(job_ids[0])
         db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
-        return advance_after_step(db, moved)
+        return _unloaded(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
                  else {"markedText": params.get("text")})
@@ -49,10 +55,27 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
         return advance_after_step(db, job)
     elif kind == ev.START_MACHINE:
         _succeeded_start(db, task, job_ids)
+    elif kind == ev.ABORT_CYCLE:  # the overdue cycle is stopped: the operator's answer applies now
+        if db.equipment(task.equipment_id).status == "RUNNING":
+            db.set_equipment_status(task.equipment_id, "IDLE")
+        apply_stopped_cycle_answer(db, task.equipment_id, params.get("pieces", []), params["answer"])
     return []
 
 
-def put_back_not_executed(db: DBState, task) -> list[HardwareRequest]:
+def _unloaded(db: DBState, job) -> list[HardwareRequest]:
+    """A piece is back on its buffer slot: its step is done, unless an operator
+    answered a stopped cycle (``afterFault``): then it does this step again
+    later (RETURN_TO_BUFFER), or it leaves the cell as scrap (SCRAP)."""
+    after_fault = (job.context or {}).get("afterFault")
+    if after_fault == "SCRAP":
+        return take_out(db, job, "SCRAPPED")
+    if after_fault == "RETURN_TO_BUFFER":
+        db.set_job_status(job.id, (job.status,), "QUEUED", context_patch={"afterFault": None})
+        return []
+    return advance_after_step(db, job)
+
+
+def put_back_not_executed(db: DBState, task, *, counted: bool = True) -> list[HardwareRequest]:
     """The hardware answered NOT_EXECUTED (a clean stop came before the action
     reached the PLC): nothing moved, so every job goes back to where and what it
     was (a job held meanwhile stays held), with no alarm and no question. A
@@ -64,7 +87,7 @@ def put_back_not_executed(db: DBState, task) -> list[HardwareRequest]:
     db.emit("ActionNotExecuted", {"taskId": task.id, "kind": task.kind, "jobIds": params.get("jobIds", [])})
     if task.kind == ev.BUFFER_TO_DOCK and task.job_id is not None:
         return take_out_again(db, db.job(task.job_id), params.get("bufferSlot"),
-                              reissues=int(params.get("reissues", 0)) + 1)
+                              reissues=int(params.get("reissues", 0)) + int(counted))
     return []
 
 
@@ -91,6 +114,13 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
     piece simply waits at the dock again; an action the hardware never executed
     is put back (:func:`put_back_not_executed`). Returns the requests to send."""
     params = task.params or {}
+    if task.kind == ev.ABORT_CYCLE:
+        return _failed_abort(db, task, error_code)
+    if error_code == ev.NOT_SENT:
+        # The PLC never took it (away, or the robot stopped, for longer than the
+        # hardware's grace): it did not happen, and is sent again once the PLC
+        # answers (the loop holds new work meanwhile). Not a reissue that counts.
+        return put_back_not_executed(db, task, counted=False)
     if error_code == ev.NOT_EXECUTED and not _reissued_too_often(task):
         return put_back_not_executed(db, task)
     if task.kind == ev.DOCK_TO_BUFFER and error_code == "SOURCE_EMPTY":
@@ -103,7 +133,10 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
     alarm = db.raise_alarm("ACTION_FAILED",  # the alarm code, named like the action kind
                            f"{task.kind} failed: {error_code} {task.error_message or ''}".strip(),
                            equipment_id=task.equipment_id,
-                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id)
+                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id,
+                           facts={"task_kind": task.kind, "error_code": error_code,
+                                  "error_message": task.error_message, "equipment_id": task.equipment_id,
+                                  "job_id": (params.get("jobIds") or [None])[0]})
     if task.kind == ev.BUFFER_TO_DOCK:
         ma.open_manual_action(db, ma.REMOVE_FINISHED_PIECE, {
             "job_id": task.job_id, "buffer_slot": params.get("bufferSlot"), "error_code": error_code},
@@ -115,9 +148,30 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
     return []
 
 
+def _failed_abort(db: DBState, task, error_code: str) -> list[HardwareRequest]:
+    """The overdue cycle could not be aborted: the same question again, with why."""
+    params = task.params or {}
+    pieces = params.get("pieces", [])
+    described = ", ".join(f"job {p['jobId']} (slot {p['slotNo']})" for p in pieces)
+    alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{task.equipment_id}: the overdue cycle could not be "
+                           f"aborted ({error_code})", equipment_id=task.equipment_id, task_id=task.id,
+                           facts={"case": "ABORT_FAILED", "equipment_id": task.equipment_id,
+                                  "error_code": error_code})
+    ma.open_manual_action(
+        db, ma.CYCLE_OVERDUE, {"equipment_id": task.equipment_id, "pieces": described,
+                               "reason": f"the abort failed: {error_code}", "case": "ABORT_FAILED",
+                               "error_code": error_code,
+                               "stopped": [{"job_id": p["jobId"], "slot_no": p["slotNo"]} for p in pieces]},
+        equipment_id=task.equipment_id, alarm_id=alarm.id,
+        job_id=pieces[0]["jobId"] if len(pieces) == 1 else None,
+        context={"pieces": pieces, "jobIds": [p["jobId"] for p in pieces]})
+    return []
+
+
 def _failed_start(db: DBState, task, error_code: str, alarm) -> None:
     params = task.params or {}
-    db.set_equipment_status(task.equipment_id, "FAULT")
+    if db.equipment(task.equipment_id).status != "FAULT":  # its PLC may have reported the fault first
+        db.set_equipment_status(task.equipment_id, "FAULT")
     for job_id in (params.get("jobs") or {}).values():
         job = db.job(job_id)
         if job is not None and job.status not in JOB_HELD:

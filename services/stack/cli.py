@@ -241,9 +241,9 @@ def cmd_restore(settings: Settings, args) -> int:
 
 
 def cmd_sim(settings: Settings, args) -> int:
-    """The Modbus TCP line simulator in the foreground (deploy/REGISTER_MAP.md)."""
+    """The line simulator in the foreground: Modbus TCP (deploy/REGISTER_MAP.md) or,
+    with ``--protocol opcua`` / LINECTL_SIM_PROTOCOL=opcua, OPC UA (deploy/OPCUA_MAP.md)."""
     from services.hardware.sim.model import SimOptions
-    from services.hardware.sim.server import LineSimulator
     from shared.layout import LayoutError, load_layout
 
     try:
@@ -256,9 +256,28 @@ def cmd_sim(settings: Settings, args) -> int:
         return 2
     options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
                          pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
-    sim = LineSimulator(layout, options, settings.sim_host, args.port or settings.sim_port)
-    print(f"linectl sim: Modbus TCP on {sim.address}, unit {layout.plc.unit_id}, "
-          f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    port = args.port or settings.sim_port
+    if (args.protocol or settings.sim_protocol) == "opcua":
+        from services.hardware.sim.opcua_server import OpcUaLineSimulator
+
+        # The simulator serves without security unless configured (the loopback default);
+        # secured: Basic256Sha256 SignAndEncrypt, LINECTL_OPCUA_USER / _PASSWORD.
+        security = settings.opcua_security or "none"
+        if security != "none" and not (settings.opcua_user and settings.opcua_password):
+            print("linectl sim: LINECTL_OPCUA_SECURITY=sign-and-encrypt needs LINECTL_OPCUA_USER and "
+                  "LINECTL_OPCUA_PASSWORD", file=sys.stderr)
+            return 2
+        sim = OpcUaLineSimulator(layout, options, settings.sim_host, port, security=security,
+                                 user=settings.opcua_user, password=settings.opcua_password,
+                                 cert_dir=settings.data_dir / "opcua")
+        print(f"linectl sim: OPC UA on {sim.address}, security {security}, "
+              f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    else:
+        from services.hardware.sim.server import LineSimulator
+
+        sim = LineSimulator(layout, options, settings.sim_host, port)
+        print(f"linectl sim: Modbus TCP on {sim.address}, unit {layout.plc.unit_id}, "
+              f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
     sim.serve()
     return 0
 
@@ -339,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "sim":
             p.add_argument("--port", type=int, default=None,
                            help="listen port (default LINECTL_SIM_PORT)")
+            p.add_argument("--protocol", choices=("modbus", "opcua"), default=None,
+                           help="what the simulator speaks (default LINECTL_SIM_PROTOCOL, modbus)")
             p.add_argument("--scrap-rate", type=_rate, default=0.05,
                            help="inspection fail probability, 0..1 (default 0.05)")
             p.add_argument("--seed", type=int, default=None,

@@ -190,10 +190,13 @@ class EmbeddedPostgres:
             self.prune_orphans()
             self.pgdata.mkdir(parents=True, exist_ok=True)
             if self.relocated:
-                self.pgdata.with_suffix(".source").write_text(str(self.requested) + "\n")
+                # The link before the ``.source`` note: another process's prune_orphans()
+                # deletes a cluster whose note names no link to it, and this one, noted
+                # but not yet linked, was deleted under a starting server (a CI run).
                 self.requested.parent.mkdir(parents=True, exist_ok=True)
                 if not self.requested.is_symlink():
                     self.requested.symlink_to(self.pgdata, target_is_directory=True)
+                self.pgdata.with_suffix(".source").write_text(str(self.requested) + "\n")
             pw = pwd.getpwnam(self._as_user)
             os.chown(self.pgdata, pw.pw_uid, pw.pw_gid)
         else:

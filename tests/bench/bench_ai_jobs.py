@@ -4,17 +4,27 @@ Full job cycles per second over HTTP against the real gateway
 (``python -m gateway``, its default worker processes), which serves the queue
 straight from PostgreSQL: poll → lock → heartbeat → result with the offline
 provider's output (the seed protocol), and poll(claim) → heartbeat → result
-(``claim: true``), at 1, 10, 50 and 200 runtimes. Runtimes are threads with
+(``claim: true``), at 1, 10, 50 and 200 runtimes. A seed runtime polls a page
+of 3 and locks its jobs in the order given, as docs/ai-jobs.md says (the first
+is offered to it alone); ``seed/random`` (at 50) polls a wide page (twice the
+runtimes, at most 50) and picks at random, as a runtime without that advice
+would. Runtimes are threads with
 one keep-alive HTTP connection each (a lean ``http.client``, see
 ``LeanClient``), split over client processes so the client is not the bound.
 Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
-locks). In the same run, the reference: the same conditional-UPDATE lock
-done directly with psycopg2 (no HTTP), its rate, and the ratio. Then the poll
-at 100k pending jobs, as SQL and over HTTP.
+locks), and the gateway's CPU per request (its worker processes' CPU time
+over the requests the runtimes sent). In the same run, the reference: the
+same conditional-UPDATE lock done directly with psycopg2 (no HTTP), its rate,
+and the ratio. Then the poll at 100k pending jobs, as SQL and over HTTP; the
+profile of one poll/lock/heartbeat/result cycle in-process
+(``profile_runtime_requests.py``); and the issue's targets as ratios.
 
 PostgreSQL is embedded unless LINECTL_TEST_DATABASE_URL is set.
 ``BENCH_AI_RUNS=1:150,10:600`` picks the runs; ``BENCH_AI_CLIENTS`` the
-client processes (default 2).
+client processes (default 2); ``BENCH_AI_TAIL=0`` leaves out the 100k poll and
+the profile (to compare gateway settings, ``LINECTL_GATEWAY_*``, quickly);
+``BENCH_AI_GATEWAY_TREE=<checkout>`` serves the runs with that checkout's
+gateway (e.g. main's, for "before" figures with this same client).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from sqlalchemy import text  # noqa: E402
 
 from services.ai_jobs import repository as repo  # noqa: E402
 from services.ai_jobs.domain import QueueTimings, output_hash  # noqa: E402
+from services.ai_jobs.prepared import prepared_unit  # noqa: E402
 from services.ai_runtime.client import ProtocolError, RuntimeClient  # noqa: E402
 from services.ai_runtime.providers import OfflineProvider  # noqa: E402
 from shared.db.engine import make_engine, make_sessionmaker  # noqa: E402
@@ -49,6 +60,7 @@ from tests.support.processes import stop_process  # noqa: E402
 TOKENS = "platform:platform-token-000001,runtime:runtime-token-000001"
 RUNTIME_TOKEN = "runtime-token-000001"
 DEFAULT_RUNS = ((1, 150), (10, 600), (50, 1000), (200, 2000))  # (runtimes, jobs)
+RANDOM_PICK_AT = 50  # runtimes: where seed/random runs too
 POLL_ROWS = 100_000
 JOB_TYPE = "learning_state_analysis"
 
@@ -83,11 +95,13 @@ class LeanClient:
         self.host, self.port, self.rid = parts.hostname, parts.port, rid
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.conn = None
+        self.requests = 0
 
     def _post(self, path, body):
         import http.client
 
         data = json.dumps(body).encode()
+        self.requests += 1
         for attempt in (1, 2):
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
@@ -122,9 +136,16 @@ class LeanClient:
             "output": output, "outputHash": output_hash(output)})
 
 
-def runtime_loop(url, rid, claim, page_size, lock_times, done, go):
+def runtime_loop(url, rid, claim, page_size, lock_times, done, go, requests, at_random):
     offline = OfflineProvider()
     client = LeanClient(url, RUNTIME_TOKEN, rid)
+    try:
+        _cycles(client, offline, claim, page_size, lock_times, done, go, at_random)
+    finally:
+        requests.append(client.requests)
+
+
+def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random):
     go.wait()
     idle = 0
     while idle < 3:
@@ -135,7 +156,8 @@ def runtime_loop(url, rid, claim, page_size, lock_times, done, go):
                 lock_times.append(time.perf_counter() - t0)
         else:
             page = client.poll([JOB_TYPE], limit=page_size)
-            random.shuffle(page)
+            if at_random:
+                random.shuffle(page)
         if not page:
             idle += 1
             time.sleep(0.02)
@@ -158,38 +180,64 @@ def runtime_loop(url, rid, claim, page_size, lock_times, done, go):
             break
 
 
-def client_process(url, ids, claim, page_size, start_at, out_q):
-    lock_times, done = [], []
+def client_process(url, ids, claim, page_size, start_at, out_q, at_random):
+    lock_times, done, requests = [], [], []
     go = threading.Event()
     threads = [threading.Thread(target=runtime_loop, args=(url, f"bench-{i}", claim, page_size,
-                                                          lock_times, done, go)) for i in ids]
+                                                          lock_times, done, go, requests, at_random))
+               for i in ids]
     for t in threads:
         t.start()
     time.sleep(max(start_at - time.time(), 0))
     go.set()
     for t in threads:
         t.join()
-    out_q.put((len(done), lock_times, time.time()))
+    out_q.put((len(done), lock_times, time.time(), sum(requests)))
 
 
-def full_cycles(url, runtimes, claim, clients):
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def gateway_cpu(master_pid: int) -> float:
+    """CPU seconds of the gateway's worker processes (the master only supervises)."""
+    try:
+        children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    return sum(_cpu_seconds(int(pid)) for pid in children)
+
+
+def full_cycles(url, runtimes, claim, clients, master_pid, at_random=False):
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     start_at = time.time() + 1.0 + runtimes / 200
-    page_size = min(50, max(runtimes * 2, 5))
+    # As docs/ai-jobs.md advises: a page of about one's free slots (1) plus room
+    # for a lost lock or two, tried in order. The random picker takes the wide
+    # page a runtime without that advice would.
+    page_size = min(50, max(runtimes * 2, 5)) if at_random else 3
     procs = [ctx.Process(target=client_process,
-                         args=(url, list(range(runtimes))[k::clients], claim, page_size, start_at, out_q))
+                         args=(url, list(range(runtimes))[k::clients], claim, page_size, start_at, out_q,
+                               at_random))
              for k in range(min(clients, runtimes))]
+    cpu_before = gateway_cpu(master_pid)
     for p in procs:
         p.start()
     results = [out_q.get(timeout=600) for _ in procs]
+    cpu = gateway_cpu(master_pid) - cpu_before
     for p in procs:
         p.join()
+    requests = sum(r[3] for r in results)
     done = sum(r[0] for r in results)
     lock_times = [t for r in results for t in r[1]]
     # The idle tail (3 empty polls) is not work: end at the last finished cycle.
     elapsed = max(r[2] for r in results) - start_at - 0.06
-    return done, done / elapsed, lock_times
+    return done, done / elapsed, lock_times, cpu / max(requests, 1)
 
 
 # -- the reference ---------------------------------------------------------------------
@@ -245,7 +293,11 @@ def start_gateway(db_url, data_dir):
                 "LINECTL_DATA_DIR": data_dir, "LINECTL_AI_RETRY_BACKOFF_SECONDS": "0",
                 "LINECTL_LOG_LEVEL": "WARNING",
                 **{k: v for k, v in os.environ.items() if k.startswith("LINECTL_GATEWAY_")}})
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "bench-gateway"], env=env, cwd=ROOT)
+    tree = os.environ.get("BENCH_AI_GATEWAY_TREE")
+    if tree:  # first on the path, also for what the venv's .pth imports at start-up
+        env["PYTHONPATH"] = tree
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--name", "bench-gateway"], env=env,
+                            cwd=tree or ROOT)
     url = f"http://127.0.0.1:{port}"
     probe = RuntimeClient(url, RUNTIME_TOKEN, "probe", timeout=5)
     deadline = time.monotonic() + 60
@@ -277,44 +329,88 @@ def main() -> int:
         from shared.config import load_settings
 
         workers = load_settings().gateway_worker_count
-        print(f"gateway: python -m gateway, {workers} worker processes, AI queue straight on PostgreSQL;"
+        print(f"gateway: python -m gateway ({os.environ.get('BENCH_AI_GATEWAY_TREE') or 'this checkout'}),"
+              f" {workers} worker processes, AI queue straight on PostgreSQL;"
               f" runtimes: threads in {clients} client processes; {os.cpu_count()} cores")
-        print(f"{'protocol':>8} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
-              f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8}")
+        print(f"{'protocol':>11} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
+              f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8} | {'gw CPU/req':>10}")
+        rates = {}
         for runtimes, jobs_total in parse_runs():
             raw_rate, raw_times = raw_locks(db_url, engine, runtimes, jobs_total)
-            for claim in (False, True):
+            protocols = [("seed", False, False), ("claim", True, False)]
+            if runtimes == RANDOM_PICK_AT:
+                protocols.insert(1, ("seed/random", False, True))
+            for name, claim, at_random in protocols:
                 seed(engine, jobs_total)
-                done, rate, lock_times = full_cycles(url, runtimes, claim, clients)
+                done, rate, lock_times, cpu_per_request = full_cycles(url, runtimes, claim, clients, gateway.pid,
+                                                                      at_random)
                 assert done == jobs_total, (done, jobs_total)
                 with engine.connect() as c:
                     succeeded = c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE status = 'succeeded'"
                                                " AND attempt_no = 1")).scalar()
                 assert succeeded == jobs_total, (succeeded, jobs_total)
-                print(f"{'claim' if claim else 'seed':>8} {runtimes:>8} {jobs_total:>5} | {rate:>9.1f}"
+                rates[(name, runtimes)] = rate
+                print(f"{name:>11} {runtimes:>8} {jobs_total:>5} | {rate:>9.1f}"
                       f" {pct(lock_times, 50):>7.1f}ms {pct(lock_times, 99):>7.1f}ms |"
                       f" {raw_rate:>10.0f} {pct(raw_times, 50):>6.2f}ms {pct(raw_times, 99):>6.2f}ms |"
-                      f" {rate / raw_rate:>8.3f}")
-        print("(seed: poll+lock+heartbeat+result per job; claim: poll(claim)+heartbeat+result;"
-              " every job succeeded exactly once, at attempt 1)")
+                      f" {rate / raw_rate:>8.3f} | {cpu_per_request * 1000:>7.2f} ms", flush=True)
+        print("(seed: poll+lock+heartbeat+result per job, the page tried in order; seed/random: the same, picking"
+              " at random; claim: poll(claim)+heartbeat+result; every job succeeded exactly once, at attempt 1;"
+              " gw CPU/req: the gateway workers' CPU over the requests sent, lost locks and empty polls included)")
 
+        if os.environ.get("BENCH_AI_TAIL", "1") == "0":
+            return 0
         seed(engine, POLL_ROWS)
         sm = make_sessionmaker(engine)
         timings = QueueTimings()
-        sql_times, http_times = [], []
+        sql_times, sa_times, http_times, requests_times = [], [], [], []
         caps = ["learning_state_analysis", "quiz_generation", "flashcard_generation"]
+        lean = LeanClient(url, RUNTIME_TOKEN, "probe")
+        # SQL: the statements the gateway runs for a poll, as it runs them
+        # (prepared, on the bare driver), without HTTP or the gateway around them.
         for _ in range(200):
+            t0 = time.perf_counter()
+            with prepared_unit(engine) as unit:
+                assert len(repo.poll(unit, timings, "poller", caps, 50)) == 50
+            sql_times.append(time.perf_counter() - t0)
+        for _ in range(200):  # the same through SQLAlchemy's session (planned afresh each time)
             with sm() as s, s.begin():
                 t0 = time.perf_counter()
-                assert len(repo.poll(s, timings, "poller", caps, 50)) == 50
-                sql_times.append(time.perf_counter() - t0)
+                assert len(repo.poll(s, timings, "poller-sa", caps, 50)) == 50
+                sa_times.append(time.perf_counter() - t0)
+        for _ in range(200):
+            t0 = time.perf_counter()
+            assert len(lean.poll(caps, limit=50)) == 50
+            http_times.append(time.perf_counter() - t0)
         for _ in range(200):
             t0 = time.perf_counter()
             assert len(probe.poll(caps, limit=50)) == 50
-            http_times.append(time.perf_counter() - t0)
+            requests_times.append(time.perf_counter() - t0)
         sql50, http50 = pct(sql_times, 50), pct(http_times, 50)
         print(f"poll (limit 50, {POLL_ROWS // 1000}k pending): SQL p50 {sql50:.2f} ms, p99 {pct(sql_times, 99):.2f} ms;"
-              f" HTTP p50 {http50:.2f} ms, p99 {pct(http_times, 99):.2f} ms; HTTP/SQL {http50 / sql50:.2f}x")
+              f" HTTP p50 {http50:.2f} ms, p99 {pct(http_times, 99):.2f} ms; HTTP/SQL {http50 / sql50:.2f}x"
+              f" (SQL through SQLAlchemy's session, unprepared: p50 {pct(sa_times, 50):.2f} ms)"
+              f" (HTTP through `requests`, RuntimeClient: p50 {pct(requests_times, 50):.2f} ms,"
+              f" {pct(requests_times, 50) / sql50:.2f}x)", flush=True)
+
+        from tests.bench.profile_runtime_requests import profile, report
+
+        profiled = profile(dbs.fresh(), 200)
+        print(report(profiled))
+
+        def ratio(a, b):
+            return rates[a] / rates[b] if a in rates and b in rates else float("nan")
+
+        def at(key):
+            return rates.get(key, float("nan"))
+
+        print("targets (issue 28):")
+        print(f"  seed 50/10   {ratio(('seed', 50), ('seed', 10)):5.2f}  (>= 1)    "
+              f"seed 200/10 {ratio(('seed', 200), ('seed', 10)):5.2f}  (>= 1)")
+        print(f"  seed at 50   {at(('seed', 50)):6.1f} cycles/s (>= 200)   claim at 50 {at(('claim', 50)):6.1f}"
+              f" cycles/s (>= 300)")
+        print(f"  poll HTTP/SQL at 100k {http50 / sql50:.2f}x (<= 1.5)   gateway CPU per request (profile)"
+              f" {profiled['per_request_ms']:.2f} ms (was about 1 ms)")
         engine.dispose()
     finally:
         if gateway is not None:

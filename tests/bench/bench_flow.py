@@ -1,6 +1,7 @@
 """A whole work order through the whole stack, beside the raw event loop.
 
     .venv/bin/python tests/bench/bench_flow.py [--pieces 200] [--product BRACKET-A] [--speed 100000]
+        [--protocols modbus,opcua]
 
 The stack: the Modbus line simulator in-process at (near) zero action time
 (``--speed``: a 14 s swap takes 0.14 ms), the real hardware service and the
@@ -21,6 +22,10 @@ Transports, side by side in one run, each on its own fresh database:
 (``rabbitmqctl``) or at ``LINECTL_BENCH_AMQP_URI`` when one answers on
 127.0.0.1:5672. The ratio of their pieces per minute is the transport's share
 of the line's pace (issue 15: pgsql:// / RabbitMQ >= 0.8).
+
+Field protocols, side by side in the same run (issue 26): the simulator over
+Modbus (the hardware polls) and over OPC UA (signals by subscription), both on
+``pgsql://``, each on its own fresh database.
 """
 
 import eventlet
@@ -45,6 +50,7 @@ from sqlalchemy import text  # noqa: E402
 
 from services.hardware.service import HardwareService  # noqa: E402
 from services.hardware.sim.model import SimOptions  # noqa: E402
+from services.hardware.sim.opcua_server import OpcUaLineSimulator  # noqa: E402
 from services.hardware.sim.server import LineSimulator  # noqa: E402
 from services.line_controller.dbstate import DBState  # noqa: E402
 from services.line_controller.loop import EventLoop  # noqa: E402
@@ -85,15 +91,17 @@ def wait_until(predicate, timeout, what):
         eventlet.sleep(0.02)
 
 
-def whole_stack(url: str, pieces: int, product: str, speed: float, kind: str) -> dict:
+def whole_stack(url: str, pieces: int, product: str, speed: float, kind: str, protocol: str = "modbus") -> dict:
     engine = make_engine(url, pool_size=2)
     layout = load_layout(Settings().line_file)
     port = free_port()
-    sim = LineSimulator(layout, SimOptions(speed=speed, scrap_rate=0.05, seed=3, pallet_size=pieces + 8,
-                                           pallet_seconds=1.0), "127.0.0.1", port).start()
+    simulator = OpcUaLineSimulator if protocol == "opcua" else LineSimulator
+    sim = simulator(layout, SimOptions(speed=speed, scrap_rate=0.05, seed=3, pallet_size=pieces + 8,
+                                       pallet_seconds=1.0), "127.0.0.1", port).start()
     amqp, cleanup = transport(url, kind)
+    address = f"opc.tcp://127.0.0.1:{port}" if protocol == "opcua" else f"127.0.0.1:{port}"
     config = {"AMQP_URI": amqp, "serializer": "json", "max_workers": 20, "LINECTL_DATABASE_URL": url,
-              "LINECTL_PLC_ADDRESS": f"127.0.0.1:{port}"}
+              "LINECTL_PLC_ADDRESS": address}
     containers = [ServiceContainer(HardwareService, config), ServiceContainer(LineControllerService, config)]
     for c in containers:
         c.start()
@@ -126,7 +134,8 @@ def whole_stack(url: str, pieces: int, product: str, speed: float, kind: str) ->
         cleanup()
         engine.dispose()
     return {"elapsed": elapsed, "messages": messages, "rounds": rounds, "tasks": tasks,
-            "scrapped": scrapped, "transport": {"pgsql": "pgsql://", "amqp": "RabbitMQ"}[kind]}
+            "scrapped": scrapped, "transport": {"pgsql": "pgsql://", "amqp": "RabbitMQ"}[kind],
+            "protocol": protocol}
 
 
 def raw_loop(url: str, pieces: int) -> float:
@@ -151,7 +160,11 @@ def main(argv=None) -> int:
     ap.add_argument("--product", default="BRACKET-A")
     ap.add_argument("--speed", type=float, default=100000.0)
     ap.add_argument("--raw-pieces", type=int, default=500)
+    ap.add_argument("--protocols", default="modbus,opcua", help="field protocols, each over pgsql://")
     args = ap.parse_args(argv)
+    protocols = [p for p in args.protocols.split(",") if p]
+    if not set(protocols) <= {"modbus", "opcua"}:
+        raise SystemExit("--protocols: modbus and/or opcua")
 
     kinds = ["pgsql"] + (["amqp"] if rabbit_answers() or os.environ.get("LINECTL_BENCH_AMQP_URI")
                          else [])
@@ -159,7 +172,7 @@ def main(argv=None) -> int:
         server = EmbeddedPostgres(Path(tmp) / "pg")
         base = server.start()
         try:
-            names = [f"flow_{kind}" for kind in kinds] + ["raw"]
+            names = [f"flow_{kind}" for kind in kinds] + [f"flow_{p}" for p in protocols[1:]] + ["raw"]
             with make_engine(base, pool_size=1).connect().execution_options(
                     isolation_level="AUTOCOMMIT") as conn:
                 for name in names:
@@ -167,8 +180,11 @@ def main(argv=None) -> int:
             urls = {name: base.rsplit("/", 1)[0] + f"/{name}" for name in names}
             for url in urls.values():
                 upgrade(url)
-            stacks = [whole_stack(urls[f"flow_{kind}"], args.pieces, args.product, args.speed, kind)
+            stacks = [whole_stack(urls[f"flow_{kind}"], args.pieces, args.product, args.speed, kind,
+                                  protocols[0] if protocols else "modbus")
                       for kind in kinds]
+            by_protocol = [whole_stack(urls[f"flow_{p}"], args.pieces, args.product, args.speed, "pgsql", p)
+                           for p in protocols[1:]]
             raw_rate = raw_loop(urls["raw"], args.raw_pieces)
         finally:
             server.stop()
@@ -176,12 +192,19 @@ def main(argv=None) -> int:
     print(f"flow benchmark: {args.pieces} × {args.product}, simulator speed {args.speed:g}, fsync on")
     print(f"{'transport':12}{'pieces/min':>12}{'ms/piece':>10}{'messages':>10}{'rounds':>8}"
           f"{'tasks':>7}{'scrapped':>10}{'raw loop pieces/min':>21}{'vs raw':>8}")
-    for stack in stacks:
+    rows = [(stack["transport"], stack) for stack in stacks] + \
+           [("pgsql/" + stack["protocol"], stack) for stack in by_protocol]
+    for label, stack in rows:
         per_piece = stack["elapsed"] / args.pieces
         raw_per_piece = stack["messages"] / args.pieces / raw_rate
-        print(f"{stack['transport']:12}{60 / per_piece:>12.1f}{per_piece * 1000:>10.1f}"
+        print(f"{label:12}{60 / per_piece:>12.1f}{per_piece * 1000:>10.1f}"
               f"{stack['messages']:>10}{stack['rounds']:>8}{stack['tasks']:>7}{stack['scrapped']:>10}"
               f"{60 / raw_per_piece:>21.0f}{raw_per_piece / per_piece:>8.3f}")
+    if by_protocol:
+        first = stacks[0]
+        for stack in by_protocol:
+            print(f"pieces/min, {stack['protocol']} / {first['protocol']} (both pgsql://) = "
+                  f"{first['elapsed'] / stack['elapsed']:.2f}")
     if len(stacks) == 2:
         ratio = stacks[1]["elapsed"] / stacks[0]["elapsed"]
         print(f"\npieces/min, pgsql:// / RabbitMQ = {ratio:.2f}   (target >= 0.8)"

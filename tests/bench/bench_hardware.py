@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pymodbus.client import ModbusTcpClient  # noqa: E402
 
 from services.hardware.action_requests import ActionRequest, CommandBuilder  # noqa: E402
+from services.hardware.device.modbus import ModbusPort  # noqa: E402
 from services.hardware.plc import PlcLink  # noqa: E402
 from services.hardware.robot import ActionRunner  # noqa: E402
 from services.hardware.sim.control import SimControl  # noqa: E402
@@ -84,14 +85,14 @@ def main():
 
         blocks = [(layout.plc.robot_base + 12, 4), (layout.plc.dock_base, 2),
                   (layout.plc.buffer_base, layout.buffer_slots)] + [(e.base, e.size) for e in layout.plc.equipment]
-        watcher = SignalWatcher(PlcLink("127.0.0.1", port, layout.plc.unit_id), layout)
+        watcher = SignalWatcher(ModbusPort(PlcLink("127.0.0.1", port, layout.plc.unit_id), layout), layout)
         rows.append(("watcher poll (every block)",
                      timed(lambda: [bare.read_holding_registers(a, count=c, device_id=1) for a, c in blocks],
                            args.n),
                      timed(watcher.poll, args.n)))
 
         builder = CommandBuilder(layout)
-        runner = ActionRunner(link, layout, action_timeout=30)  # the service's poll interval
+        runner = ActionRunner(ModbusPort(link, layout), layout, action_timeout=30)  # the service's poll interval
         runner.run(ActionRequest("warm", 1, builder.dock_to_buffer(1)))
         plan = iter(actions(builder, 10**6))
         ids = iter(range(2, 10**6))

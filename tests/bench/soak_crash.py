@@ -9,12 +9,22 @@ finished, completed + scrapped = quantity exactly, no piece counted twice, no
 job in two slots, no buffer slot held twice, event_log seq without gaps, no
 question left open.
 
+Beside the kills it injects ``--faults`` floor faults (a machine fault in the
+middle of a cycle, or an emergency stop of the whole cell), clears each after
+a moment, and answers their questions as a scripted operator with a random
+allowed choice (RESTART_CYCLE / RETURN_TO_BUFFER / SCRAP; RETRY for a failed
+robot action). The same invariants must hold, and the cell must be empty.
+
 Beside the kills it restarts the hardware service cleanly (SIGTERM, as systemd
 does) ``--clean-restarts`` times, and checks that no clean stop caused an
 operator question (manual actions counted before each SIGTERM and once the
 stack is ready again).
 
-    .venv/bin/python tests/bench/soak_crash.py [--kills 20] [--clean-restarts 5] [--quantity 12] [--seed N]
+    .venv/bin/python tests/bench/soak_crash.py [--kills 20] [--faults 10] [--clean-restarts 5]
+        [--quantity 12] [--seed N] [--protocol modbus|opcua]
+
+``--protocol opcua`` runs the simulator as an OPC UA server (LINECTL_SIM_PROTOCOL)
+and the hardware service speaks OPC UA to it; faults go through its SimControl methods.
 
 ``--quantity 0`` runs the kill/restart/readiness cycle without an order.
 Bounded: each restart must be ready within 120 s, the orders must finish
@@ -34,13 +44,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from services.hardware.sim.control import sim_control  # noqa: E402
+from shared.config import Settings  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
+from shared.layout import load_layout  # noqa: E402
 from tests.ops.invariants import line_invariants  # noqa: E402
-from tests.ops.operator import resolve_open_recovery  # noqa: E402
+from tests.ops.operator import resolve_open_faults, resolve_open_recovery  # noqa: E402
 from tests.ops.stack import Stack  # noqa: E402
 
 VICTIMS = (("line_controller", 0.6), ("hardware", 0.25), ("postgres", 0.15))
 CLEAN = "hardware (SIGTERM)"
+MACHINES = ("MC1", "MC2", "WASH1", "INSP1")
+ESTOP = "e-stop"
 
 
 def restart_postgres(stack: Stack) -> None:
@@ -59,6 +74,19 @@ def _asked(db_url: str) -> dict[tuple[str, str], int]:
                 "SELECT kind, status, count(*) FROM manual_action GROUP BY kind, status"))}
     finally:
         engine.dispose()
+
+
+def _question_texts(db_url: str) -> list[tuple[str, int]]:
+    import sqlalchemy as sa
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as c:
+            rows = c.execute(sa.text(
+                "SELECT regexp_replace(text, '[0-9]+', 'N', 'g') AS t, count(*) AS n FROM manual_action "
+                "GROUP BY 1 ORDER BY 2 DESC")).fetchall()
+    finally:
+        engine.dispose()
+    return [(r[0][:140], r[1]) for r in rows]
 
 
 def _last_seq(db_url: str) -> int:
@@ -94,17 +122,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--clean-restarts", type=int, default=5, help="SIGTERMs of the hardware service")
+    parser.add_argument("--faults", type=int, default=10, help="machine faults mid-cycle and e-stops")
     parser.add_argument("--quantity", type=int, default=12, help="pieces per order (orders follow each other)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--sim-speed", type=float, default=20.0)
     parser.add_argument("--finish-seconds", type=float, default=900.0)
+    parser.add_argument("--protocol", choices=("modbus", "opcua"), default="modbus",
+                        help="what the simulator serves and the hardware service speaks")
     args = parser.parse_args()
     # SIGTERM (e.g. `timeout`) ends the run through the cleanup below, not around it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="linectl-soak-") as tmp:
         stack = Stack(Path(tmp) / "data", {}, sim_speed=args.sim_speed,
-                      extra_env={"LINECTL_LOG_LEVEL": "WARNING"})
+                      extra_env={"LINECTL_LOG_LEVEL": "WARNING", "LINECTL_SIM_PROTOCOL": args.protocol})
         try:
             return run(stack, args, rng)
         finally:
@@ -112,8 +143,13 @@ def main() -> int:
 
 
 def start_order(stack: Stack, token: str, quantity: int) -> int:
-    code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": quantity},
-                                token, timeout=30)
+    deadline = time.monotonic() + 120
+    while True:  # a kill just before may not have shown in /readyz yet: 503 until it is back
+        code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": quantity},
+                                    token, timeout=30)
+        if code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert code == 201, order
     code, body = stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token, timeout=30)
     assert code == 200, body
@@ -129,8 +165,25 @@ def kill_schedule(args, rng: random.Random) -> list[str]:
     schedule = [name for name, _ in VICTIMS if name != "line_controller"]  # each kind at least once
     schedule += rng.choices([n for n, _ in VICTIMS], [w for _, w in VICTIMS], k=args.kills - len(schedule))
     schedule += [CLEAN] * args.clean_restarts
+    schedule += [ESTOP if rng.random() < 0.3 else f"fault {rng.choice(MACHINES)}" for _ in range(args.faults)]
     rng.shuffle(schedule)
     return schedule
+
+
+def inject_fault(stack: Stack, victim: str, rng: random.Random) -> None:
+    """A machine fault (or the whole cell's e-stop) now, cleared 0.5..2 s later."""
+    protocol = stack.env.get("LINECTL_SIM_PROTOCOL", "modbus")
+    address = f"{'opc.tcp://' if protocol == 'opcua' else ''}127.0.0.1:{stack.sim_port}"
+    control = sim_control(load_layout(Settings().line_file), address)
+    try:
+        if victim == ESTOP:
+            control.emergency_stop()
+        else:
+            control.machine_fault(victim.split()[1])
+        time.sleep(rng.uniform(0.5, 2.0))  # how long the fault lasts on the floor
+        control.clear()
+    finally:
+        control.close()
 
 
 def stop_victim(stack: Stack, victim: str) -> bool:
@@ -152,14 +205,15 @@ def stop_victim(stack: Stack, victim: str) -> bool:
     return True
 
 
-def finish_orders(stack: Stack, token: str, amqp: str, orders: list[int], seconds: float) -> tuple[bool, int]:
+def finish_orders(stack: Stack, token: str, amqp: str, orders: list[int], seconds: float,
+                  answer_faults=lambda: 0) -> tuple[bool, int]:
     """Wait for every order to complete, answering recovery questions; whether they all
     did within `seconds`, and how many answers that took."""
     finished, answered = True, 0
     deadline = time.monotonic() + seconds
     for order_id in orders:
         while True:
-            answered += resolve_open_recovery(stack, token, amqp)
+            answered += resolve_open_recovery(stack, token, amqp) + answer_faults()
             if order_status(stack, token, order_id) == "COMPLETED":
                 break
             if time.monotonic() > deadline:
@@ -196,6 +250,17 @@ def report(stack: Stack, token: str, kills: dict, during_order: int, answered: i
     print(f"{'invariants':<28}{'all hold' if not broken else '; '.join(broken)}")
 
 
+def stack_cell(amqp: str) -> str | None:
+    """What the PLC still holds at the end (None: the cell is empty)."""
+    from tests.ops.operator import plc_state
+    plc = plc_state(amqp)
+    if not plc or not plc.get("connected"):
+        return "the PLC could not be read at the end"
+    pieces = [f"buffer {b['slotNo']}" for b in plc["buffer"] if b["occupied"]]
+    pieces += [f"{m['id']}:{s['slotNo']}" for m in plc["equipment"] for s in m["slots"] if s["occupied"]]
+    return f"pieces left in the cell: {', '.join(pieces)}" if pieces else None
+
+
 def run(stack: Stack, args, rng: random.Random) -> int:
     t0 = time.monotonic()
     stack.up()
@@ -208,12 +273,23 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     schedule = kill_schedule(args, rng)
     kills[CLEAN] = 0
     clean_questions = 0
+    faults: dict[str, int] = {}
+    answers: dict[tuple[str, str], int] = {}
+    faults_during_order = fault_answers = 0
     for n, victim in enumerate(schedule, 1):
         # Every kill lands while an order runs: a new one starts when the last has finished.
         if args.quantity and (not orders or order_status(stack, token, orders[-1]) == "COMPLETED"):
             orders.append(start_order(stack, token, args.quantity))
         time.sleep(rng.uniform(0.5, 4.0))  # a random moment of the running order
         running = bool(orders) and order_status(stack, token, orders[-1]) == "RUNNING"
+        if victim == ESTOP or victim.startswith("fault"):
+            inject_fault(stack, victim, rng)
+            faults[victim] = faults.get(victim, 0) + 1
+            faults_during_order += running
+            fault_answers += resolve_open_faults(stack, token, rng, answers)
+            print(f"fault {n:2}: {victim:<16} injected and cleared{'' if running else '  (between orders)'}",
+                  flush=True)
+            continue
         asked_before = sum(_asked(db_url).values()) if victim == CLEAN else 0
         seq_before = _last_seq(db_url) if victim == CLEAN else 0
         if not stop_victim(stack, victim):
@@ -234,13 +310,25 @@ def run(stack: Stack, args, rng: random.Random) -> int:
             if new_questions:
                 print(f"kill {n:2}: a clean stop caused {new_questions} question(s)", flush=True)
         answered += resolve_open_recovery(stack, token, amqp)
+        fault_answers += resolve_open_faults(stack, token, rng, answers)
         print(f"kill {n:2}: {victim:<16} ready again after {time.monotonic() - t_kill:5.1f}s"
               f"{'' if running else '  (between orders)'}", flush=True)
-    finished, finish_answers = finish_orders(stack, token, amqp, orders, args.finish_seconds)
+    finished, finish_answers = finish_orders(stack, token, amqp, orders, args.finish_seconds,
+                                             lambda: resolve_open_faults(stack, token, rng, answers))
     answered += finish_answers
     asked = _asked(db_url)
     broken = broken_rules(db_url, orders, clean_questions, finished, asked)
+    cell = stack_cell(amqp)
+    if cell:
+        broken.append(cell)
     report(stack, token, kills, during_order, answered, asked, orders, broken)
+    for text_, k in _question_texts(db_url)[:8]:  # what was asked most: the first thing to read on failure
+        print(f"  {k:>5} × {text_}")
+    print(f"{'faults':<28}{sum(faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}); "
+          f"{faults_during_order} while an order ran")
+    print(f"{'fault answers':<28}{fault_answers}")
+    for (kind, choice), k in sorted(answers.items()):
+        print(f"{'  ' + kind + ' ' + choice:<48}{k}")
     print(f"{'wall time':<28}{time.monotonic() - t0:.0f}s")
     assert stack.terminate() == 0
     return 0 if finished and not broken else 1

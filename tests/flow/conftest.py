@@ -1,6 +1,7 @@
-"""The whole stack for flow tests: the Modbus line simulator in-process on a
-free port at high speed, the real hardware service pointed at it, and the
-real line_controller (scheduler wired) on the test's database and transport.
+"""The whole stack for flow tests: the line simulator (Modbus, or OPC UA where a
+module parametrizes ``protocol``) in-process on a free port at high speed, the
+real hardware service pointed at it, and the real line_controller (scheduler
+wired) on the test's database and transport.
 Commands go through the real ``command`` RPC."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from nameko.standalone.rpc import ServiceRpcProxy
 
 from services.hardware.service import HardwareService
 from services.hardware.sim.model import SimOptions
+from services.hardware.sim.opcua_server import OpcUaLineSimulator
 from services.hardware.sim.server import LineSimulator
 from services.line_controller.service import LineControllerService
 from shared import events as ev
@@ -104,10 +106,19 @@ def sim_options():
 
 
 @pytest.fixture
-def line(container_factory, nameko_config, engine, layout, sim_options):
+def protocol():
+    """What the simulator speaks (a module parametrizes it over tests.hardware.conftest.PROTOCOLS)."""
+    return "modbus"
+
+
+@pytest.fixture
+def line(container_factory, nameko_config, engine, layout, sim_options, protocol):
     port = free_port()
-    simulator = LineSimulator(layout, sim_options, "127.0.0.1", port).start()
-    config = {**nameko_config, "LINECTL_PLC_ADDRESS": f"127.0.0.1:{port}",
+    if protocol == "opcua":
+        simulator = OpcUaLineSimulator(layout, sim_options, "127.0.0.1", port).start()
+    else:
+        simulator = LineSimulator(layout, sim_options, "127.0.0.1", port).start()
+    config = {**nameko_config, "LINECTL_PLC_ADDRESS": simulator.address,
               "LINECTL_HW_ACTION_TIMEOUT": 20.0, "LINECTL_HW_MODBUS_TIMEOUT": 5.0,
               "LINECTL_STEP_TIMEOUT": 30.0}
     containers = [container_factory(HardwareService, config),

@@ -1,14 +1,19 @@
 """The seed's Mock E2E: work orders run to the end through the real services
-and the Modbus simulator, and the log proves the line was never overfilled."""
+and the simulator (Modbus and OPC UA), and the log proves the line was never overfilled."""
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from shared import production_stats as ps
 from shared.config import load_settings
 from shared.layout import load_layout
 from tests.flow.conftest import SIM_SPEED
 from tests.flow.invariants import assert_line_clear, replay
+from tests.hardware.conftest import PROTOCOLS
+
+pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 def test_an_order_of_bracket_a_completes_with_scrap_counted_exactly(line):

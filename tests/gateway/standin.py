@@ -185,6 +185,10 @@ def _resolve(s, p, actor):
         raise Rejected("INVALID_TRANSITION", f"manual action {action.id} is {action.status}")
     if p["resolution"] not in (action.choices or []):
         raise Rejected("VALIDATION_ERROR", f"resolution: must be one of {action.choices}")
+    if p["resolution"] in ("RESTART_CYCLE", "RETRY") and action.equipment_id is not None \
+            and s.get(Equipment, action.equipment_id).status == "FAULT":
+        # As the loop answers (PRODUCT.md, "Faults on the floor"): not while the PLC reports the fault.
+        raise Rejected("EQUIPMENT_FAULTED", f"{action.equipment_id}: the PLC still reports a fault")
     action.status, action.resolution, action.note = "RESOLVED", p["resolution"], p.get("note")
     action.resolved_by, action.resolved_at = actor, datetime.now(UTC)
     return _written(s, action, serialize.manual_action, "ManualActionResolved")

@@ -54,13 +54,13 @@ def test_operator_runs_the_line_from_the_page(served_gateway, writable, browser)
     browser.evaluate("document.getElementById('quantity').value = '3';"
                      "document.querySelector('#create-order button').click()")
     order_id = wait_for(lambda: browser.evaluate(
-        "(r => r && r.querySelector('.status').textContent === 'CREATED' && r.dataset.orderId)"
-        "(document.querySelector('#orders tbody tr'))"), timeout=30, message="the new order row")
+        "(r => r && r.querySelector('.status').dataset.status === 'CREATED' && r.dataset.orderId)"
+        "(document.querySelector('#orders tbody tr[data-order-id]'))"), timeout=30, message="the new order row")
 
     browser.evaluate(f"document.querySelector('tr[data-order-id=\"{order_id}\"] "
                      "button[data-action=start]').click()")
     wait_for(lambda: browser.check(
-        f"document.querySelector('tr[data-order-id=\"{order_id}\"] .status').textContent"
+        f"document.querySelector('tr[data-order-id=\"{order_id}\"] .status').dataset.status"
         " === 'RUNNING'"
         f" && !!document.querySelector('.buffer-slot[data-slot=\"1\"] .piece[data-order-id=\"{order_id}\"]')"
         f" && document.querySelectorAll('#dock .piece[data-order-id=\"{order_id}\"]').length === 2"),
@@ -69,7 +69,7 @@ def test_operator_runs_the_line_from_the_page(served_gateway, writable, browser)
 
     browser.evaluate("document.querySelector('#alarms li[data-alarm-id] button.ack').click()")
     wait_for(lambda: browser.check(
-        "document.querySelector('#alarms li[data-alarm-id] .status').textContent === 'ACKNOWLEDGED'"
+        "document.querySelector('#alarms li[data-alarm-id] .status').dataset.status === 'ACKNOWLEDGED'"
         " && !document.querySelector('#alarms button.ack')"), timeout=30,
         message="the alarm acknowledged on screen")
     with writable() as s:

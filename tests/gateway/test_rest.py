@@ -158,11 +158,15 @@ def test_alarms_list_and_acknowledge(client, writable):
 
 def test_manual_actions_resolve_and_recovery_confirm(client, writable):
     with writable.begin() as s:
-        s.add(ManualAction(kind="SCRAP_OR_REWORK", text="inspect fail", choices=["SCRAP", "REWORK"]))
+        s.add(ManualAction(kind="SCRAP_OR_REWORK", text="inspect fail", choices=["SCRAP", "REWORK"],
+                           facts={"jobId": 4, "equipmentId": "INSP1"}))
         s.add(ManualAction(kind="RECOVERY", text="piece on MC1?", choices=["CONFIRMED"]))
         s.add(ManualAction(kind="RECOVERY", text="piece on MC2?", choices=["CONFIRMED"]))
     items = client.get("/api/manual-actions?status=OPEN", headers=AUTH).get_json()["items"]
     assert [m["kind"] for m in items] == ["SCRAP_OR_REWORK", "RECOVERY", "RECOVERY"]
+    # The English text stays; the facts that fill it come beside it (none for an older row).
+    assert [(m["text"], m["facts"]) for m in items[:2]] == [
+        ("inspect fail", {"jobId": 4, "equipmentId": "INSP1"}), ("piece on MC1?", {})]
     first = items[0]["id"]
     r = client.post(f"/api/manual-actions/{first}/resolve", json={"resolution": "MELT"}, headers=AUTH)
     assert r.status_code == 400

@@ -137,11 +137,23 @@ def test_a_client_too_far_behind_is_told_and_closed_and_can_resume(served_gatewa
                 ws.recv()
     finally:
         ws.close()
-    ws = connect(served_gateway, after=resume)
-    try:
-        assert seqs(read_until(ws, final)) == list(range(resume + 1, final + 1))
-    finally:
-        ws.close()
+    # The resumed reader gets the rest in order. On a loaded machine it may fall behind
+    # again (the 40 MB backlog against the send timeout): then it is told so again and
+    # resumes again, as a slow client must; nothing is lost or repeated either way.
+    got, after = [], resume
+    for _attempt in range(5):
+        ws = connect(served_gateway, after=after)
+        try:
+            frames = read_until(ws, final)
+        finally:
+            ws.close()
+        if frames[-1].get("type") == "overflow":
+            got += seqs(frames[:-1])
+            after = frames[-1]["resumeAfter"]
+            continue
+        got += seqs(frames)
+        break
+    assert got == list(range(resume + 1, final + 1))
 
 
 def test_websocket_needs_an_operator_token(served_gateway):

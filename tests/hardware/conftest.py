@@ -4,6 +4,8 @@ listener service collecting every hardware event."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from nameko.events import BROADCAST, event_handler
 from nameko.testing.services import entrypoint_hook
@@ -11,8 +13,9 @@ from nameko.testing.utils import get_extension
 
 from services.hardware.dependencies import Hardware
 from services.hardware.service import HardwareService
-from services.hardware.sim.control import SimControl
+from services.hardware.sim.control import sim_control
 from services.hardware.sim.model import SimOptions
+from services.hardware.sim.opcua_server import OpcUaLineSimulator
 from services.hardware.sim.server import LineSimulator
 from shared import events as ev
 from shared.config import Settings
@@ -21,6 +24,9 @@ from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 SPEED = 200.0  # a 12 s machining cycle takes 60 ms
+# What a module runs on both: ``pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)``
+# (the ``protocol`` fixture below is Modbus for every other test).
+PROTOCOLS = ["modbus", "opcua"]
 
 
 
@@ -40,15 +46,30 @@ def sim_port():
 
 
 @pytest.fixture
-def sim(layout, sim_options, sim_port):
-    simulator = LineSimulator(layout, sim_options, "127.0.0.1", sim_port).start()
+def protocol():
+    """What the simulator speaks and the hardware service with it."""
+    return "modbus"
+
+
+def start_simulator(protocol, layout, options, port, **kwargs):
+    simulator = OpcUaLineSimulator if protocol == "opcua" else LineSimulator
+    return simulator(layout, options, "127.0.0.1", port, **kwargs).start()
+
+
+def plc_address(protocol, port) -> str:
+    return f"opc.tcp://127.0.0.1:{port}" if protocol == "opcua" else f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def sim(layout, sim_options, sim_port, protocol):
+    simulator = start_simulator(protocol, layout, sim_options, sim_port)
     yield simulator
     simulator.stop()
 
 
 @pytest.fixture
 def control(layout, sim):
-    ctl = SimControl(layout, sim.host, sim.port)
+    ctl = sim_control(layout, sim.address)
     yield ctl
     ctl.close()
 
@@ -99,10 +120,10 @@ def received(container_factory, nameko_config):
 
 
 @pytest.fixture
-def hw_config(nameko_config, sim_port):
+def hw_config(nameko_config, sim_port, protocol):
     # generous: the machine is shared; the fault tests shorten them where they need to
     return {**nameko_config,
-            "LINECTL_PLC_ADDRESS": f"127.0.0.1:{sim_port}",
+            "LINECTL_PLC_ADDRESS": plc_address(protocol, sim_port),
             "LINECTL_HW_ACTION_TIMEOUT": 15.0,
             "LINECTL_HW_MODBUS_TIMEOUT": 5.0}
 
@@ -147,3 +168,17 @@ def outcome(container, received, method, *args, **kwargs) -> tuple[str, dict]:
     answer = call(container, method, *args, **kwargs)
     assert answer["accepted"] is True, answer
     return received.result(answer["actionId"])
+
+
+def settle(watcher, expect: int = 0, first_wait: float = 1.0, quiet: float = 0.15, timeout: float = 15.0) -> list:
+    """The watcher's signals until the PLC is quiet: everything one change brings,
+    whether the port polls (Modbus) or is notified, maybe in several pictures (OPC UA).
+    ``expect``: at least that many signals are due, waited for up to ``timeout`` (a
+    loaded machine may take longer than ``quiet`` between two pictures of one change)."""
+    signals = watcher.watch(first_wait)
+    deadline = time.monotonic() + timeout
+    while len(signals) < expect and time.monotonic() < deadline:
+        signals += watcher.watch(min(1.0, max(deadline - time.monotonic(), 0.01)))
+    while more := watcher.watch(quiet):
+        signals += more
+    return signals

@@ -1,10 +1,13 @@
 """Every hardware action end to end: RPC → Modbus handshake with the simulator
 → exactly one result event on the transport."""
 
+import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
 
 from shared import events as ev
-from tests.hardware.conftest import call, line_of, outcome
+from tests.hardware.conftest import PROTOCOLS, call, line_of, outcome
+
+pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 def run_ok(container, received, method, *args, **kwargs):

@@ -5,11 +5,13 @@ import pytest
 
 from services.hardware import plc as P
 from services.hardware.service import HardwareService
-from services.hardware.sim.server import LineSimulator
+from services.hardware.sim.model import SimOptions
 from shared import events as ev
-from tests.hardware.conftest import call, line_of, outcome
+from tests.hardware.conftest import PROTOCOLS, SPEED, call, line_of, outcome, plc_address, start_simulator
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, received, control):
@@ -41,6 +43,10 @@ def test_a_robot_still_busy_from_a_killed_instance_is_waited_for(hardware, recei
     assert model.robot_log[-1][2] >= free_at  # written once the robot was free, not before
 
 
+# The next pallet an hour (18 s here) after the dock empties: not before the fifth pick,
+# however slow the machine running the test (the default 30 s, 150 ms here, was a CI flake).
+@pytest.mark.parametrize("sim_options", [SimOptions(speed=SPEED, scrap_rate=0.0, seed=7, pallet_size=4,
+                                                    pallet_seconds=3600.0)])
 def test_an_empty_dock_is_source_empty_and_moves_nothing(hardware, received, sim):
     for slot in range(1, 5):  # the first pallet: 4 pieces
         assert outcome(hardware, received, "dock_to_buffer", f"d{slot}", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
@@ -88,11 +94,15 @@ def test_a_hung_robot_action_times_out(make_hardware, received, control):
     assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
 
 
-def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
-    hardware = make_hardware(LINECTL_HW_MODBUS_TIMEOUT=1.0)
+def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control, protocol):
+    if protocol == "opcua":
+        pytest.skip("Modbus only: a slow answer is a lost link there; over OPC UA the session stays up "
+                    "and a late method answer is waited for by the handshake (the acknowledged ids)")
+    hardware = make_hardware(LINECTL_HW_MODBUS_TIMEOUT=1.0, LINECTL_HW_RECONNECT_GRACE=1.0)
     control.delay(3.0)  # the service gives each request 1 s
     event_type, payload = outcome(hardware, received, "scan", "t1", 1)
-    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "MODBUS_TIMEOUT")
+    # never acknowledged: it did not happen, and the line_controller sends it again later
+    assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, ev.NOT_SENT)
     received.wait(ev.PLC_CONNECTION, connected=False)
     control.delay(0)
     wait_for(lambda: len(received.of(ev.PLC_CONNECTION, connected=True)) == 2, 30,
@@ -101,15 +111,16 @@ def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
 
 
 def test_a_dropped_connection_is_signalled_and_recovered(hardware, received, control):
-    control.drop(3.0)
+    control.drop(2.0)
     down = received.wait(ev.PLC_CONNECTION, connected=False)
     assert down["error"]
-    event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1)
-    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "CONNECTION_REFUSED")
+    # Asked while the PLC is away for less than the reconnect grace (5 s): sent once it
+    # answers again, not failed.
+    assert outcome(hardware, received, "dock_to_buffer", "t1", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
     wait_for(lambda: len(received.of(ev.PLC_CONNECTION, connected=True)) == 2, 30,
              message="the watcher reconnecting")
     assert len(received.of(ev.PLC_CONNECTION, connected=False)) == 1  # once per edge
-    assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
+    assert outcome(hardware, received, "dock_to_buffer", "t2", 2)[0] == ev.ROBOT_ACTION_SUCCEEDED
     assert call(hardware, "plc_state")["connected"] is True
 
 
@@ -119,16 +130,16 @@ def late_port():
 
 
 def test_no_plc_at_start_then_it_appears(container_factory, nameko_config, received, layout,
-                                         sim_options, late_port):
-    config = {**nameko_config, "LINECTL_PLC_ADDRESS": f"127.0.0.1:{late_port}",
-              "LINECTL_HW_ACTION_TIMEOUT": 3.0}
+                                         sim_options, late_port, protocol):
+    config = {**nameko_config, "LINECTL_PLC_ADDRESS": plc_address(protocol, late_port),
+              "LINECTL_HW_ACTION_TIMEOUT": 3.0, "LINECTL_HW_RECONNECT_GRACE": 0.5}
     container = container_factory(HardwareService, config)
     container.start()
     assert received.wait(ev.PLC_CONNECTION, connected=False)["error"]
     assert call(container, "plc_state")["connected"] is False
     event_type, payload = outcome(container, received, "dock_to_buffer", "t1", 1)
-    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, "CONNECTION_REFUSED")
-    sim = LineSimulator(layout, sim_options, "127.0.0.1", late_port).start()
+    assert (event_type, payload["errorCode"]) == (ev.ROBOT_ACTION_FAILED, ev.NOT_SENT)
+    sim = start_simulator(protocol, layout, sim_options, late_port)
     try:
         received.wait(ev.PLC_CONNECTION, connected=True)
         received.wait(ev.PALLET_ARRIVED, count=4)

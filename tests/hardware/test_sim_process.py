@@ -35,6 +35,32 @@ def test_linectl_sim_runs_as_its_own_process(layout):
     assert f"Modbus TCP on 127.0.0.1:{port}" in out
 
 
+def test_linectl_sim_serves_opc_ua_as_its_own_process(layout):
+    from services.hardware.device.opcua import OpcUaPort
+
+    port = free_port()
+    env = {**os.environ, "LINECTL_SIM_SPEED": "100", "LINECTL_LOG_LEVEL": "WARNING",
+           "LINECTL_SIM_PROTOCOL": "opcua"}
+    proc = subprocess.Popen([sys.executable, "-m", "services.stack.cli", "sim", "--port", str(port),
+                             "--seed", "3", "--pallet-size", "6"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = OpcUaPort(f"opc.tcp://127.0.0.1:{port}", layout, timeout=2.0)
+
+    def dock():
+        try:
+            return client.read_state()["dock"]
+        except PlcUnavailable:
+            return None
+
+    try:
+        assert wait_for(dock, 30, message="linectl sim serving OPC UA") == {"pieces": 6, "arrivals": 1}
+    finally:
+        client.close()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert f"OPC UA on opc.tcp://127.0.0.1:{port}, security none" in out
+
+
 def test_linectl_sim_rejects_a_bad_flag():
     proc = subprocess.run([sys.executable, "-m", "services.stack.cli", "sim", "--scrap-rate", "2"],
                           capture_output=True, text=True, timeout=60)

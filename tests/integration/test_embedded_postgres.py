@@ -114,3 +114,25 @@ def test_root_mode_changes_no_mode_of_the_callers_directories(tmp_path):
     finally:
         pg.remove()
     assert not real.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="clusters are relocated (and pruned) only when run as root")
+def test_a_cluster_being_created_is_never_pruned_by_another_process(tmp_path, monkeypatch):
+    """Another process's prune_orphans() may run at any step of this one's
+    _prepare_dirs(); here it runs as the link to the new cluster is made (the
+    step that came after the ``.source`` note, when a CI run lost a cluster)."""
+    pg = EmbeddedPostgres(tmp_path / "pg", fast=True)
+    assert pg.relocated
+    real_symlink_to = type(tmp_path).symlink_to
+
+    def pruned_then_linked(path, target, target_is_directory=False):
+        EmbeddedPostgres.prune_orphans()  # the other process, at this very moment
+        return real_symlink_to(path, target, target_is_directory)
+
+    monkeypatch.setattr(type(tmp_path), "symlink_to", pruned_then_linked)
+    try:
+        pg._prepare_dirs()
+        assert pg.pgdata.is_dir() and (tmp_path / "pg").resolve() == pg.pgdata.resolve()
+    finally:
+        monkeypatch.undo()
+        pg.remove()

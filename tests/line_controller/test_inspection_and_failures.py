@@ -75,6 +75,10 @@ def test_a_failed_robot_action_puts_the_job_in_error_with_an_alarm(harness):
     (alarm,) = harness.alarms("ACTION_FAILED")
     (action,) = harness.manual_actions("ACTION_FAILED")
     assert (alarm.task_id, action.job_id, action.alarm_id) == (req.task_id, j, alarm.id)
+    # The facts that fill the English text, for the page to word in its reader's language.
+    assert action.facts == {"taskKind": "BUFFER_TO_EQUIPMENT", "jobId": j, "errorCode": "PLC_ERROR"}
+    assert (alarm.facts["taskKind"], alarm.facts["errorCode"], alarm.facts["jobId"]) == \
+        ("BUFFER_TO_EQUIPMENT", "PLC_ERROR", j)
     # The operator puts the piece back on its buffer slot and retries.
     harness.ok("AcknowledgeAlarm", {"alarmId": alarm.id})
     harness.ok("ResolveManualAction", {"manualActionId": action.id, "resolution": "RETRY"})
@@ -142,6 +146,7 @@ def test_a_machine_that_fails_to_start_is_faulted(harness):
     job = harness.job(j)
     assert (job.status, job.held_status) == ("SUSPENDED", "QUEUED")  # loaded, not started
     (action,) = harness.manual_actions("EQUIPMENT_FAULT")
+    assert action.facts == {"equipmentId": "MC1", "errorCode": "PLC_ERROR"}
     harness.ok("ResolveManualAction", {"manualActionId": action.id, "resolution": "RETRY"})
     assert harness.row("SELECT status FROM equipment WHERE id = 'MC1'").status == "IDLE"
     assert harness.job(j).status == "QUEUED"

@@ -115,6 +115,8 @@ def test_a_task_in_flight_is_closed_and_confirm_puts_the_piece_back(harness, res
     assert action.context["jobIds"] == [jobs[0]] and "ACTION_DONE" in action.text
     (alarm,) = h.alarms(r.TASK_OUTCOME_UNKNOWN)
     assert alarm.task_id == req.task_id and action.alarm_id == alarm.id
+    facts = {"taskId": req.task_id, "taskKind": "DOCK_TO_BUFFER", "jobId": jobs[0], "equipmentId": None}
+    assert action.facts == {**facts, "jobIds": [jobs[0]]} and alarm.facts == facts
 
     late = h.succeed(req)  # the hardware's answer arrives after all: it is stale
     assert late.status == "STALE" and h.job(jobs[0]).status == "SUSPENDED"

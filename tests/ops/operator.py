@@ -93,3 +93,38 @@ def resolve_open_recovery(stack, token: str, amqp_uri: str) -> int:
                                 {"resolution": choice}, token, timeout=30)
         answered += code == 200
     return answered
+
+
+# The answers a person may pick for a stopped machine: every one of them ends with
+# the cell empty (RETURN_TO_BUFFER and SCRAP unload the pieces by robot).
+FAULT_KINDS = ("MACHINE_FAULT_DURING_CYCLE", "CYCLE_OVERDUE")
+# A failed robot action or start answered RETRY (the piece is where it was: the PLC
+# refused the move); SCRAP would leave a piece in the cell that the records call gone.
+RETRY_KINDS = ("ACTION_FAILED", "EQUIPMENT_FAULT")
+
+
+def resolve_open_faults(stack, token: str, rng, answers: dict | None = None) -> int:
+    """Answer every open fault question with a random allowed choice, as a scripted
+    operator at the cell; an answer refused with 409 EQUIPMENT_FAULTED (the PLC's
+    clear not seen yet) is left for the next call. How many were accepted;
+    ``answers`` counts them by (kind, choice)."""
+    code, body = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
+    if code != 200:
+        return 0
+    accepted = 0
+    for action in body["items"]:
+        if action["kind"] in FAULT_KINDS:
+            choice = rng.choice(action["choices"])
+        elif action["kind"] in RETRY_KINDS:
+            choice = "RETRY"
+        else:
+            continue
+        code, reply = stack.request("POST", f"/api/manual-actions/{action['id']}/resolve",
+                                    {"resolution": choice}, token, timeout=30)
+        if code == 200:
+            accepted += 1
+            if answers is not None:
+                answers[(action["kind"], choice)] = answers.get((action["kind"], choice), 0) + 1
+        elif code != 409:
+            raise AssertionError(f"answer {choice} to {action['kind']} {action['id']}: {code} {reply}")
+    return accepted

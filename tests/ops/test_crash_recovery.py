@@ -4,8 +4,10 @@ up`` runs an order on the simulator while the test kills real processes with
 the hardware service while the robot carries a piece, the line_controller
 again while a machine runs. After each restart an automated operator answers
 the recovery questions by looking at the cell (``tests/ops/operator.py``).
-The order must finish with exact counts and every invariant must hold."""
+The order must finish with exact counts and every invariant must hold, on
+both field protocols: the simulator over Modbus TCP and over OPC UA."""
 
+import pytest
 from sqlalchemy import text
 
 from tests.ops.crashing import CARRYING, kill, line_up, reported, start_order
@@ -16,8 +18,9 @@ from tests.support.waiting import wait_for
 QUANTITY = 6
 
 
-def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory):
-    stack, token, line = line_up(stack_factory, sim_speed=20.0)
+@pytest.mark.parametrize("protocol", ["modbus", "opcua"])
+def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory, protocol):
+    stack, token, line = line_up(stack_factory, sim_speed=20.0, protocol=protocol)
     answered = 0
 
     def answer():

@@ -63,7 +63,7 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
         browser.evaluate(f"localStorage.setItem('linectl.token', '{token}')")
         browser.navigate(stack.base + "/")
         wait_for(lambda: page("document.body.dataset.loaded === 'true'"
-                              " && document.getElementById('conn').textContent === 'live'"),
+                              " && document.getElementById('conn').dataset.state === 'on'"),
                  30, message="the page, live")
 
         # The demo order, created and started from the page.
@@ -71,8 +71,8 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
                          f"document.getElementById('quantity').value = '{QUANTITY}';"
                          "document.querySelector('#create-order button').click()")
         order_id = wait_for(lambda: browser.evaluate(
-            "(r => r && r.querySelector('.status').textContent === 'CREATED' && r.dataset.orderId)"
-            "(document.querySelector('#orders tbody tr'))"), 30, message="the new order row")
+            "(r => r && r.querySelector('.status').dataset.status === 'CREATED' && r.dataset.orderId)"
+            "(document.querySelector('#orders tbody tr[data-order-id]'))"), 30, message="the new order row")
         row = f"tr[data-order-id=\"{order_id}\"]"
         browser.evaluate(f"document.querySelector('{row} button[data-action=start]').click()")
 
@@ -87,7 +87,7 @@ def test_the_readme_walkthrough_in_a_browser(stack_factory, browser):
             answer_on_the_page(browser, stack, token, carried)
 
         # The order finishes on screen: QUANTITY of QUANTITY, completed + scrapped.
-        wait_for(lambda: page(f"document.querySelector('{row} .status').textContent === 'COMPLETED'"
+        wait_for(lambda: page(f"document.querySelector('{row} .status').dataset.status === 'COMPLETED'"
                               f" && document.querySelector('{row} progress').value === {QUANTITY}"),
                  180, 0.5, "the order completed on the page")
         assert page("document.getElementById('message').textContent === ''")

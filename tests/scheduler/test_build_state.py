@@ -166,7 +166,7 @@ def test_only_the_head_of_the_dock_queue_is_read_most_urgent_first(session):
     state = build_system_state(session, LAYOUT, T0)
 
     assert all(s.lstrip().upper().startswith("SELECT") for s in statements)
-    assert len(statements) <= 7  # jobs ×2, orders, equipment+slots, tasks, alarms, dock
+    assert len(statements) <= 8  # jobs ×2, orders, equipment+slots, tasks, alarms, dock, machines in question
     dock = state.dock_jobs
     assert len(dock) == 8
     assert [j.id for j in dock[:5]] == [j.id for j in urgent_jobs]

@@ -88,8 +88,10 @@ def check_feasible(action, state):
         assert job.status not in ("PAUSED", "SUSPENDED", "ERROR", "COMPLETED", "SCRAPPED", "CANCELLED")
         assert orders[job.order_id].status == "RUNNING"
         assert job_id not in {t.job_id for t in state.open_tasks}
-    if isinstance(action, StartMachine | Unload | Load | Swap):
+    if isinstance(action, StartMachine | Load | Swap):
         assert eqs[action.equipment_id].status not in ("FAULT", "OFFLINE")
+    if isinstance(action, Unload):  # a piece may come off a machine in fault, not off one OFFLINE
+        assert eqs[action.equipment_id].status != "OFFLINE"
     unloads = [action] if isinstance(action, Unload) else [action.unload] if isinstance(action, Swap) else []
     loads = [action] if isinstance(action, Load) else [action.load] if isinstance(action, Swap) else []
     for u in unloads:

@@ -36,6 +36,34 @@ def admin_execute(server_url: str, *statements: str) -> None:
         conn.close()
 
 
+_SHARED_SLICE: dict[str, int] = {}
+
+
+def connection_budget(url: str, want: int) -> int:
+    """How many connections one test may hold at once: ``want`` on the shard's
+    own embedded server (max_connections=300, no other shard on it). On a
+    server the shards share (``LINECTL_TEST_DATABASE_URL``: CI's PostgreSQL 15
+    keeps the default max_connections=100), a slice that leaves every other
+    shard its services, gateways and transports: a test of 50 runtimes racing
+    on 62 connections in two shards at once took the server past its limit,
+    and every other test of the run failed to connect."""
+    if not os.environ.get("LINECTL_TEST_DATABASE_URL"):
+        return want
+    if url not in _SHARED_SLICE:
+        conn = psycopg2.connect(url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('max_connections')::int"
+                            " - current_setting('superuser_reserved_connections')::int")
+                usable = cur.fetchone()[0]
+        finally:
+            conn.close()
+        shards = int(os.environ.get("LINECTL_TEST_SHARDS", "3") or 3)
+        # a shard's own stack (services, gateway, transport, fixtures) peaks near 25
+        _SHARED_SLICE[url] = max(8, usable // shards - 25)
+    return min(want, _SHARED_SLICE[url])
+
+
 @contextmanager
 def database_down(url: str):
     """The database of ``url`` as if its server were down: every session to it

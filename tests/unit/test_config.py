@@ -33,6 +33,11 @@ def test_defaults_match_the_spec():
         ("AI_LOCK_SECONDS", "-1"),
         ("PLC", "nohostport"),
         ("PLC", "plc:notaport"),
+        ("PLC", "opc.tcp://plc"),
+        ("PLC", "opc.tcp://plc:notaport/x"),
+        ("PLC", "http://plc:4840"),
+        ("SIM_PROTOCOL", "profinet"),
+        ("OPCUA_SECURITY", "basic128rsa15"),
         ("DATABASE_URL", "mysql://root@localhost/db"),
         ("DATABASE_URL", "postgresql://localhost"),
         ("AMQP_URI", "redis://localhost"),
@@ -189,3 +194,15 @@ def test_the_data_dirs_tokens_file_is_the_one_to_watch(tmp_path):
     fixed = ensure_tokens(load_settings({"LINECTL_DATA_DIR": str(tmp_path),
                                          "LINECTL_TOKENS": "admin:admin-secret-00000001"}))
     assert fixed.tokens_file is None  # LINECTL_TOKENS changes with a restart only
+
+
+def test_the_plc_is_modbus_or_opc_ua_and_the_simulator_speaks_either():
+    s = load_settings({"LINECTL_PLC": "opc.tcp://10.0.0.7:4840/plc"})
+    assert (s.plc_protocol, s.plc_url, s.plc_address) == ("opcua", "opc.tcp://10.0.0.7:4840/plc", ("10.0.0.7", 4840))
+    assert s.opcua_security_mode == "sign-and-encrypt"  # a real PLC: secured unless configured
+    s = load_settings({"LINECTL_SIM_PROTOCOL": "opcua", "LINECTL_SIM_PORT": "4841"})
+    assert (s.plc_protocol, s.plc_url, s.opcua_security_mode) == ("opcua", "opc.tcp://127.0.0.1:4841", "none")
+    s = load_settings({"LINECTL_PLC": "10.0.0.5:502"})
+    assert (s.plc_protocol, s.plc_url) == ("modbus", "10.0.0.5:502")
+    s = load_settings({"LINECTL_PLC": "opc.tcp://plc:4840", "LINECTL_OPCUA_SECURITY": "none"})
+    assert s.opcua_security_mode == "none"  # allowed where configured

@@ -63,3 +63,9 @@ def test_bad_register_maps_are_rejected():
     with pytest.raises(LayoutError, match="plc.robot.base"):
         parse_layout(_with_plc(plc={"robot": {"base": -1}}))
     assert parse_layout(_with_plc()).plc.for_equipment("M").size == 24
+
+
+def test_the_simulator_control_block_takes_16_registers():
+    assert parse_layout(_with_plc(plc={"simControl": {"base": 184}})).plc.sim_control_base == 184
+    with pytest.raises(LayoutError, match="overlaps plc.simControl"):  # 190..205 reaches the machine at 200
+        parse_layout(_with_plc(plc={"simControl": {"base": 190}}))

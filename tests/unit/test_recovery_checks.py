@@ -8,6 +8,7 @@ from services.line_controller.consistency_checks import (
     TaskRow,
     find_inconsistencies,
 )
+from shared.wire import camel_facts
 
 PLC_IDLE = {"connected": True, "equipment": [
     {"id": "MC1", "running": False, "fault": False, "slots": [{"slotNo": 1, "done": False}]},
@@ -34,12 +35,18 @@ def test_job_on_equipment_but_slot_disagrees():
     assert kinds(found) == [r.SLOT_MISMATCH]
     assert found[0].job_ids == (1,)
     assert "PIECE_REMOVED" in found[0].choices
+    # What fills the text, for the page to say it in its reader's language.
+    assert found[0].facts == {"case": "JOB_SLOT_DIFFERS", "job_id": 1, "position_ref_id": "MC1:1",
+                              "slot_status": "EMPTY", "slot_job_id": None}
 
 
 def test_slot_holds_a_job_recorded_elsewhere():
     jobs = [JobRow(1, "QUEUED", "ON_BUFFER", "3", 3)]
     slots = [SlotRow("MC1", 1, "DONE", 1)]
-    assert kinds(find_inconsistencies(jobs, slots, [], PLC_IDLE, 8)) == [r.SLOT_MISMATCH]
+    found = find_inconsistencies(jobs, slots, [], PLC_IDLE, 8)
+    assert kinds(found) == [r.SLOT_MISMATCH]
+    assert found[0].facts == {"case": "SLOT_JOB_ELSEWHERE", "equipment_id": "MC1", "slot_no": 1, "slot_job_id": 1,
+                              "position_type": "ON_BUFFER", "position_ref_id": "3"}
 
 
 def test_two_live_jobs_in_one_buffer_slot_and_an_out_of_range_slot():
@@ -49,6 +56,9 @@ def test_two_live_jobs_in_one_buffer_slot_and_an_out_of_range_slot():
     assert kinds(found) == [r.BUFFER_SLOT_OUT_OF_RANGE, r.DUPLICATE_BUFFER_SLOT]
     dup = next(i for i in found if i.kind == r.DUPLICATE_BUFFER_SLOT)
     assert dup.job_ids == (1, 2)
+    assert dup.facts == {"job_ids": [1, 2], "buffer_slot": 2}
+    out = next(i for i in found if i.kind == r.BUFFER_SLOT_OUT_OF_RANGE)
+    assert out.facts == {"job_id": 3, "buffer_slot": 9, "buffer_slots": 8}
 
 
 def test_running_tasks_have_an_unknown_outcome():
@@ -56,6 +66,7 @@ def test_running_tasks_have_an_unknown_outcome():
     found = find_inconsistencies([], [], tasks, PLC_IDLE, 8)
     assert kinds(found) == [r.TASK_OUTCOME_UNKNOWN]
     assert found[0].task_id == 7
+    assert found[0].facts == {"task_id": 7, "task_kind": "LOAD", "job_id": 1, "equipment_id": "MC1"}
 
 
 def test_db_says_running_plc_shows_nothing_and_the_reverse():
@@ -79,3 +90,10 @@ def test_unreachable_plc_puts_processing_jobs_before_an_operator():
     jobs = [JobRow(1, "PROCESSING", "ON_EQUIPMENT", "MC1:1", 3)]
     slots = [SlotRow("MC1", 1, "OCCUPIED", 1)]
     assert kinds(find_inconsistencies(jobs, slots, [], None, 8)) == [r.PLC_UNREACHABLE]
+
+
+def test_facts_are_in_the_apis_camel_case_and_do_not_identify_a_finding():
+    assert camel_facts({"job_ids": [1], "slot_no": 2, "jobs": [{"job_id": 5, "slot_no": 1}], "case": "X"}) == \
+        {"jobIds": [1], "slotNo": 2, "jobs": [{"jobId": 5, "slotNo": 1}], "case": "X"}
+    one = r.Inconsistency(r.PLC_UNREACHABLE, "text", facts={"job_ids": [1]})
+    assert one == r.Inconsistency(r.PLC_UNREACHABLE, "text", facts={"job_ids": [2]})

@@ -3,6 +3,8 @@ holder checks, and what only a holder may read (the snapshot, the user's key).""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sqlalchemy import text
 
 from services.ai_jobs.domain import (
@@ -13,7 +15,7 @@ from services.ai_jobs.domain import (
     QueueTimings,
 )
 from services.ai_jobs.repository.expiry import expire_due, expire_if_any_due, job_for_update
-from services.ai_jobs.repository.rows import JOB_COLUMNS, transition
+from services.ai_jobs.repository.rows import transition
 from shared import wire
 from shared.wire import iso
 
@@ -24,13 +26,48 @@ _SERVES = """AND EXISTS (
     """
 
 
+# Only the columns a poll item carries: a page of 50 jobs converts 50 times
+# every column it fetches (timestamps, the params JSON), and the item is half
+# of the job's columns.
+POLL_COLUMNS = ", ".join(f.attr for f in wire.AI_POLL_ITEM.fields)
+CLAIMED_COLUMNS = ", ".join(f.attr for f in wire.AI_CLAIMED_ITEM.fields)
+
+# A job offered by a poll is skipped by other runtimes' polls while the offer
+# lasts (the caller's own polls still see it); anyone may still lock it.
+_NOT_OFFERED_TO_OTHERS = "(j.offered_until IS NULL OR j.offered_until < now() OR j.offered_to = :rid)"
+
+# How many of a poll's jobs are offered to its caller alone: the first one. A
+# runtime works a job at a time per free slot, and each offered job is hidden
+# from every other poller while the offer lasts; offering the whole page would
+# hide the queue from the fleet (200 runtimes x 50 jobs) for jobs nobody locks.
+OFFERED_PER_POLL = 1
+
+
+@lru_cache(maxsize=4)
+def poll_statement(claim: bool, serves: bool = False):
+    """:func:`poll_sql` as a statement, made once (SQLAlchemy parses a text's
+    binds on construction: a measurable part of a poll)."""
+    return text(poll_sql(claim, serves))
+
+
 def poll_sql(claim: bool, serves: bool = False) -> str:
     """The poll statement: one index range scan per capability
     (``ix_ai_runtime_job_poll`` is ``(job_type, priority, created_at) WHERE
-    status='pending'``), merged by ``priority, created_at``. With ``claim`` the
-    picked rows are locked (SKIP LOCKED, so concurrent claimers take different
-    rows) and leased in the same statement. With ``serves`` only jobs whose
-    (modelProvider, apiKeyMode) the runtime declared it can serve are seen."""
+    status='pending'``), merged by ``priority, created_at``, skipping jobs
+    offered to another runtime while the offer lasts.
+
+    Without ``claim`` (seed 000's poll), the first of those jobs not being
+    offered by a concurrent poll right now (``SKIP LOCKED``) is offered to the
+    caller for ``offer_seconds``, and the page starts at it: the jobs before it
+    are exactly the ones other pollers are being given, so concurrent pollers
+    get different first jobs instead of all racing for the same one. The page
+    stays in ``priority, createdAt`` order; a poll after the offer ran out
+    sees the job again.
+
+    With ``claim`` the picked rows are locked (SKIP LOCKED, so concurrent
+    claimers take different rows) and leased in the same statement. With
+    ``serves`` only jobs whose (modelProvider, apiKeyMode) the runtime
+    declared it can serve are seen."""
     lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
     serves_clause = _SERVES if serves else ""
     pick = f"""
@@ -38,6 +75,7 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
         CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM ai_runtime_job j
             WHERE j.status = 'pending' AND j.job_type = cap.job_type AND j.available_at <= now()
+              AND {_NOT_OFFERED_TO_OTHERS}
             {serves_clause}
             ORDER BY j.priority, j.created_at
             LIMIT :limit {lock_clause}
@@ -46,13 +84,30 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
         LIMIT :limit
     """
     if not claim:
-        return (f"SELECT {JOB_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM ({pick}) p)"
-                " ORDER BY priority, created_at")
+        return f"""
+        WITH page AS ({pick}), offer AS (
+            SELECT j.id, page.priority, page.created_at FROM page JOIN ai_runtime_job j ON j.id = page.id
+            WHERE j.status = 'pending' AND {_NOT_OFFERED_TO_OTHERS}
+            ORDER BY page.priority, page.created_at
+            LIMIT {OFFERED_PER_POLL}
+            FOR UPDATE OF j SKIP LOCKED
+        ), offered AS (
+            UPDATE ai_runtime_job j SET offered_to = :rid,
+                   offered_until = now() + make_interval(secs => :offer_seconds)
+            FROM offer WHERE j.id = offer.id
+            RETURNING j.id
+        ), first_offered AS (
+            SELECT priority, created_at FROM offer ORDER BY priority, created_at LIMIT 1
+        )
+        SELECT {POLL_COLUMNS} FROM ai_runtime_job WHERE id IN (
+            SELECT page.id FROM page LEFT JOIN first_offered f ON true
+            WHERE f.priority IS NULL OR (page.priority, page.created_at) >= (f.priority, f.created_at))
+        ORDER BY priority, created_at"""
     return f"""
         WITH picked AS ({pick}), upd AS (
             UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
                    lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
-                   updated_at = now()
+                   offered_until = NULL, updated_at = now()
             FROM picked WHERE j.id = picked.id AND j.status = 'pending'
             RETURNING j.*
         ), t AS (
@@ -60,14 +115,14 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
                                            attempt_no)
             SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
         )
-        SELECT {JOB_COLUMNS} FROM upd ORDER BY priority, created_at
+        SELECT {CLAIMED_COLUMNS} FROM upd ORDER BY priority, created_at
     """
 
 
 def poll_params(capabilities, limit: int, runtime_id: str, timings: QueueTimings,
                 serves: list[tuple[str, str]] | None = None) -> dict:
     params = {"caps": list(capabilities), "limit": limit, "rid": runtime_id,
-              "lease": timings.lock_seconds}
+              "lease": timings.lock_seconds, "offer_seconds": timings.offer_seconds}
     if serves:
         params["serve_providers"] = [p for p, _ in serves]
         params["serve_modes"] = [m for _, m in serves]
@@ -83,44 +138,51 @@ def poll(session, timings: QueueTimings, runtime_id: str, capabilities: list[str
     if not 1 <= limit <= POLL_LIMIT_MAX:
         raise AiJobError("VALIDATION_ERROR", f"limit: must be 1..{POLL_LIMIT_MAX}")
     expire_if_any_due(session, timings)
-    rows = session.execute(text(poll_sql(claim, bool(serves))),
+    rows = session.execute(poll_statement(claim, bool(serves)),
                            poll_params(capabilities, limit, runtime_id, timings, serves)).all()
     item = wire.AI_CLAIMED_ITEM if claim else wire.AI_POLL_ITEM
     return [item.dump(r) for r in rows]
 
 
+# Seed 000's lock, the conditional UPDATE, and in the same statement what the
+# refusal needs when it takes no row: whether the job exists, its status, and
+# whether a lease ran out that expiry has not applied yet. A lost race costs
+# this one statement, no more.
+_LOCK = text("""
+    WITH upd AS (
+        UPDATE ai_runtime_job SET status = 'locked', locked_by = :rid, locked_at = now(),
+               lock_until = now() + make_interval(secs => :lease), attempt_no = attempt_no + 1,
+               offered_until = NULL, updated_at = now()
+        WHERE id = :id AND status = 'pending' AND (lock_until IS NULL OR lock_until < now())
+        RETURNING id, status, lock_until, attempt_no
+    ), t AS (
+        INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
+                                       attempt_no)
+        SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
+    )
+    SELECT true AS taken, id, status, lock_until, attempt_no, false AS lease_over FROM upd
+    UNION ALL
+    SELECT false, id, status, lock_until, attempt_no,
+           status IN ('locked', 'running') AND lock_until < now()
+    FROM ai_runtime_job WHERE id = :id AND NOT EXISTS (SELECT 1 FROM upd)""")
+
+
 def lock(session, timings: QueueTimings, job_id: str, runtime_id: str) -> dict:
     """Seed 000's lock: the conditional UPDATE; zero rows → JOB_ALREADY_LOCKED.
     A held job whose lease ran out is expired and the UPDATE tried once more."""
-    row = _lock_update(session, timings, job_id, runtime_id)
-    if row is None and expire_due(session, timings, job_id):
-        row = _lock_update(session, timings, job_id, runtime_id)
+    params = {"id": job_id, "rid": runtime_id, "lease": timings.lock_seconds}
+    row = session.execute(_LOCK, params).first()
+    if row is not None and row.lease_over and expire_due(session, timings, job_id):
+        row = session.execute(_LOCK, params).first()
     if row is None:
-        status = session.execute(text("SELECT status FROM ai_runtime_job WHERE id = :id"),
-                                 {"id": job_id}).scalar()
-        if status is None:
-            raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
-        raise AiJobError("JOB_ALREADY_LOCKED", f"AI job {job_id} is {status}, not pending")
+        raise AiJobError("NOT_FOUND", f"AI job {job_id} does not exist")
+    if not row.taken:
+        # The status as this statement's snapshot saw it: "pending" means a
+        # concurrent lock committed first.
+        now = "locked by another runtime" if row.status == "pending" else row.status
+        raise AiJobError("JOB_ALREADY_LOCKED", f"AI job {job_id} is {now}, not pending")
     return {"jobId": row.id, "status": row.status, "lockUntil": iso(row.lock_until),
             "attemptNo": row.attempt_no}
-
-
-def _lock_update(session, timings: QueueTimings, job_id: str, runtime_id: str):
-    return session.execute(
-        text("""
-        WITH upd AS (
-            UPDATE ai_runtime_job SET status = 'locked', locked_by = :rid, locked_at = now(),
-                   lock_until = now() + make_interval(secs => :lease), attempt_no = attempt_no + 1,
-                   updated_at = now()
-            WHERE id = :id AND status = 'pending' AND (lock_until IS NULL OR lock_until < now())
-            RETURNING id, status, lock_until, attempt_no
-        ), t AS (
-            INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
-                                           attempt_no)
-            SELECT id, 'pending', 'locked', :rid, attempt_no FROM upd RETURNING 1
-        ) SELECT * FROM upd"""),
-        {"id": job_id, "rid": runtime_id, "lease": timings.lock_seconds},
-    ).first()
 
 
 def holds(job, runtime_id: str, attempt_no: int | None) -> bool:

@@ -1,6 +1,8 @@
-"""Fault injection from outside: writes the simulator's control registers
-(deploy/REGISTER_MAP.md, "Simulator control") over Modbus TCP, as any Modbus
-tool could. Used by the tests and the benchmark."""
+"""Fault injection from outside, as any client could: :class:`SimControl`
+writes the simulator's control registers over Modbus TCP (deploy/REGISTER_MAP.md,
+"Simulator control"); :class:`OpcUaSimControl` calls the same operations as
+methods of the ``SimControl`` object over OPC UA (deploy/OPCUA_MAP.md). Used by
+the tests and the benchmark; :func:`sim_control` picks by address."""
 
 from __future__ import annotations
 
@@ -44,9 +46,78 @@ class SimControl:
     def scrap_rate(self, rate: float) -> None:
         self._set(P.C_SCRAP_PERMILLE, round(rate * 1000))
 
+    def emergency_stop(self) -> None:
+        """Every machine and the robot fault with 8 now (until ``clear``): running
+        cycles abort, the robot's action in flight finishes with error 8."""
+        self._set(P.C_ESTOP, 1)
+
+    def restart_plc(self, seconds: float) -> None:
+        """The PLC restarts: drops every connection, refuses new ones for
+        ``seconds``, comes back with its registers reset (the pieces stay put)."""
+        self._set(P.C_RESTART_MS, max(1, min(65535, round(seconds * 1000))))
+
     def clear(self) -> None:
-        """Clear every injected fault; hung cycles finish now."""
+        """Clear every injected fault (the emergency stop too); hung cycles finish now."""
         self._set(P.C_CLEAR, 1)
 
     def close(self) -> None:
         self.link.close()
+
+
+class OpcUaSimControl:
+    """The same operations as :class:`SimControl`, as OPC UA method calls on the
+    simulator's ``SimControl`` object (through the hardware service's own driver)."""
+
+    def __init__(self, layout: Layout, url: str, options: dict | None = None):
+        from services.hardware.device.opcua import OpcUaPort
+
+        self.layout = layout
+        self.port = OpcUaPort(url, layout, timeout=10.0, options=options)
+
+    def _call(self, name: str, *args) -> None:
+        from services.hardware import opcua_map as M
+
+        self.port.call(M.default_node_id(M.SIM_CONTROL), M.default_node_id(f"{M.SIM_CONTROL}.{name}"), list(args))
+
+    def robot_error(self, code: int = 3) -> None:
+        self._call("RobotError", (code, "UInt16"))
+
+    def robot_hang(self) -> None:
+        self._call("RobotHang")
+
+    def machine_fault(self, equipment_id: str) -> None:
+        self._call("MachineFault", (equipment_id, "String"))
+
+    def machine_hang(self, equipment_id: str) -> None:
+        self._call("MachineHang", (equipment_id, "String"))
+
+    def drop(self, seconds: float) -> None:
+        self._call("Drop", (max(1, round(seconds * 1000)), "UInt32"))
+
+    def delay(self, seconds: float) -> None:
+        self._call("Delay", (max(0, min(65535, round(seconds * 1000))), "UInt32"))
+
+    def scrap_rate(self, rate: float) -> None:
+        self._call("ScrapRate", (round(rate * 1000), "UInt16"))
+
+    def emergency_stop(self) -> None:
+        self._call("EmergencyStop")
+
+    def restart_plc(self, seconds: float) -> None:
+        self._call("RestartPlc", (max(1, round(seconds * 1000)), "UInt32"))
+
+    def clear(self) -> None:
+        self._call("Clear")
+
+    def close(self) -> None:
+        self.port.close()
+
+
+def sim_control(layout: Layout, address: str, options: dict | None = None):
+    """The control client for a simulator at ``address`` (``host:port`` or ``opc.tcp://…``)."""
+    if address.startswith("opc.tcp://"):
+        return OpcUaSimControl(layout, address, options)
+    from services.hardware.plc import parse_address
+
+    host, port = parse_address(address)
+    return SimControl(layout, host, port)

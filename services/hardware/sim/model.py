@@ -13,13 +13,16 @@ import itertools
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.hardware import plc as P
-from shared.layout import EquipmentRegisters, Layout
+from shared.layout import DOCK_BLOCK, ROBOT_BLOCK, SIM_CONTROL_BLOCK, EquipmentRegisters, Layout
 
 log = logging.getLogger(__name__)
+
+MACHINE_FAULT = 6  # the PLC error code FAULT_STATION sets
 
 # Robot action durations in simulated seconds.
 ROBOT_SECONDS = {
@@ -53,8 +56,8 @@ class LineModel:
         self.t0 = clock()
         self.rng = random.Random(options.seed)
         self.scrap_permille = round(options.scrap_rate * 1000)
-        ends = [self.map.robot_base + 48, self.map.dock_base + 4,
-                self.map.buffer_base + layout.buffer_slots, self.map.sim_control_base + 8]
+        ends = [self.map.robot_base + ROBOT_BLOCK, self.map.dock_base + DOCK_BLOCK,
+                self.map.buffer_base + layout.buffer_slots, self.map.sim_control_base + SIM_CONTROL_BLOCK]
         ends += [e.base + e.size for e in self.map.equipment]
         self.mem = [0] * max(ends)
         self.mem[self.map.sim_control_base + P.C_SCRAP_PERMILLE] = self.scrap_permille
@@ -63,10 +66,20 @@ class LineModel:
         self.robot_fail_next = 0
         self.robot_hang_next = False
         self.robot_hung = False
+        # the robot action being executed (action id, command code, token), or None; its
+        # finish timer only acts while the token is current, so an e-stop or a restart can end it
+        self._robot_in_flight: tuple[int, int, int] | None = None
         self.hung_stations: set[int] = set()
         self._hung_finishes: list[Callable[[], None]] = []
         self.machine_free_at: dict[str, float] = {e.equipment_id: 0.0 for e in self.map.equipment}
+        # slot address -> its running cycle's cycle_log entry; a timer of an aborted cycle finds
+        # another entry (or none) and does nothing, also when the slot was started again since
+        self._running_cycles: dict[int, list] = {}
+        # [equipment id, slot no, simulated start, simulated end or None, "done"/"aborted"/None],
+        # the latest cycles (for tests; bounded for a long `linectl sim`)
+        self.cycle_log: deque[list] = deque(maxlen=1000)
         self.drop_request_ms = 0  # read and reset by the server
+        self.restart_request_ms = 0  # read and reset by the server
         self.response_delay_ms = 0
         self.marks: list[tuple[int, str]] = []  # (buffer slot, text), for the log and tests
         # (action id, command code, simulated start, simulated end or None): what the robot did
@@ -103,8 +116,10 @@ class LineModel:
         for e in self.map.equipment:
             if e.base + P.M_START_ID in touched:
                 self._machine_start(e)
+            if e.base + P.M_ABORT_ID in touched:
+                self._machine_abort(e)
         control = self.map.sim_control_base
-        if control and any(control <= a < control + 8 for a in touched):
+        if control and any(control <= a < control + SIM_CONTROL_BLOCK for a in touched):
             self._control()
 
     def _u32(self, address: int) -> int:
@@ -143,16 +158,27 @@ class LineModel:
         self.mem[r + P.R_ACK_ID] = action_id
         self.mem[r + P.R_STATE] = P.ROBOT_BUSY
         self.robot_log.append([action_id, code, self.now(), None])
+        if self.mem[r + P.R_FAULT]:  # the robot cannot move: refused at once, nothing moved
+            self._robot_report(action_id, code, self.mem[r + P.R_FAULT])
+            return
+        token = next(self._seq)
+        self._robot_in_flight = (action_id, code, token)
         if self.robot_hang_next:
             self.robot_hang_next, self.robot_hung = False, True
             log.info("sim: robot action %d hangs (injected)", action_id)
             return
         injected, self.robot_fail_next = self.robot_fail_next, 0
-        self._after(ROBOT_SECONDS.get(code, 1.0), lambda: self._robot_finish(action_id, code, injected))
+        self._after(ROBOT_SECONDS.get(code, 1.0), lambda: self._robot_finish(token, injected))
 
-    def _robot_finish(self, action_id: int, code: int, injected: int) -> None:
+    def _robot_finish(self, token: int, injected: int) -> None:
+        if self._robot_in_flight is None or self._robot_in_flight[2] != token:
+            return  # ended by an emergency stop, or forgotten by a restart
+        action_id, code, _token = self._robot_in_flight
+        self._robot_report(action_id, code, injected or self._robot_effect(code))
+
+    def _robot_report(self, action_id: int, code: int, error: int) -> None:
         r = self.map.robot_base
-        error = injected or self._robot_effect(code)
+        self._robot_in_flight = None
         self.mem[r + P.R_ERROR_CODE] = error
         self.mem[r + P.R_STATE] = P.ROBOT_ERROR if error else P.ROBOT_DONE
         self.mem[r + P.R_DONE_ID] = action_id
@@ -203,7 +229,7 @@ class LineModel:
         if not m[b]:
             return 1
         if m[e.base + P.M_FAULT]:
-            return 6
+            return m[e.base + P.M_FAULT]
         if m[s + P.S_OCCUPIED] or m[s + P.S_RUNNING]:
             return 2
         m[b] = 0
@@ -236,7 +262,7 @@ class LineModel:
         if m[unload_to]:
             return 2
         if m[e.base + P.M_FAULT]:
-            return 6
+            return m[e.base + P.M_FAULT]
         m[unload_to], m[load_from] = 1, 0
         self._load_slot(s, self._u32(r + P.R_JOB2_ID))
         return 0
@@ -297,7 +323,7 @@ class LineModel:
         to_start = flagged or [s for s in slots if m[s + P.S_OCCUPIED] and not m[s + P.S_DONE]
                                and not m[s + P.S_RUNNING]]
         if m[e.base + P.M_FAULT]:
-            error = 6
+            error = m[e.base + P.M_FAULT]
         elif spec.batch and m[e.base + P.M_RUNNING]:
             error = 5
         elif not to_start:
@@ -320,17 +346,26 @@ class LineModel:
             m[s + P.S_RESULT] = 0
             # batch machines finish every slot at once; the others one slot after another
             due = start + spec.cycle_seconds * (1 if spec.batch else i + 1)
-            self._after(0.0, lambda e=e, s=s: self._cycle_done(e, s), at=due)
+            entry = self._running_cycles[s] = [e.equipment_id, self._slot_no(e, s), due - spec.cycle_seconds,
+                                               None, None]
+            self.cycle_log.append(entry)
+            self._after(0.0, lambda e=e, s=s, entry=entry: self._cycle_done(e, s, entry), at=due)
         self.machine_free_at[e.equipment_id] = start + spec.cycle_seconds * (1 if spec.batch else len(to_start))
         m[e.base + P.M_RUNNING] = 1
 
-    def _cycle_done(self, e: EquipmentRegisters, s: int) -> None:
+    @staticmethod
+    def _slot_no(e: EquipmentRegisters, s: int) -> int:
+        return (s - e.base - 8) // 8 + 1
+
+    def _cycle_done(self, e: EquipmentRegisters, s: int, entry: list) -> None:
         m = self.mem
-        if not m[s + P.S_RUNNING]:
-            return  # aborted by a fault
+        if self._running_cycles.get(s) is not entry:
+            return  # aborted (a fault, an abort, a restart): no done for this cycle
         if e.station in self.hung_stations:
-            self._hung_finishes.append(lambda: self._cycle_done(e, s))
+            self._hung_finishes.append(lambda: self._cycle_done(e, s, entry))
             return
+        del self._running_cycles[s]
+        entry[3], entry[4] = self.now(), "done"
         m[s + P.S_RUNNING] = 0
         if self.layout.equipment_by_id(e.equipment_id).inspection:
             failed = self.rng.randrange(1000) < m[self.map.sim_control_base + P.C_SCRAP_PERMILLE]
@@ -344,12 +379,74 @@ class LineModel:
         if not running:
             self.machine_free_at[e.equipment_id] = 0.0
 
-    def _fault(self, e: EquipmentRegisters) -> None:
-        self.mem[e.base + P.M_FAULT] = 6
+    def _abort_cycles(self, e: EquipmentRegisters) -> None:
+        """Every running cycle of the machine stops: RUNNING falls, DONE stays 0, the
+        pieces stay in their slots (OCCUPIED, JOB_ID kept)."""
         for i in range(e.slots):
-            self.mem[e.base + 8 + 8 * i + P.S_RUNNING] = 0
+            s = e.base + 8 + 8 * i
+            self.mem[s + P.S_RUNNING] = 0
+            if (entry := self._running_cycles.pop(s, None)) is not None:
+                entry[3], entry[4] = self.now(), "aborted"
         self._update_running(e)
-        log.info("sim: machine %s faulted (injected)", e.equipment_id)
+
+    def _machine_abort(self, e: EquipmentRegisters) -> None:
+        m = self.mem
+        action_id = m[e.base + P.M_ABORT_ID]
+        if action_id == 0 or action_id == m[e.base + P.M_ABORT_ACK_ID]:
+            return
+        self._abort_cycles(e)
+        m[e.base + P.M_ABORT_ACK_ID] = action_id
+        log.info("sim: machine %s: cycles aborted (action %d)", e.equipment_id, action_id)
+
+    def _fault(self, e: EquipmentRegisters, code: int = MACHINE_FAULT) -> None:
+        self.mem[e.base + P.M_FAULT] = code
+        self._abort_cycles(e)
+        log.info("sim: machine %s faulted with %d (injected)", e.equipment_id, code)
+
+    def machine_fault(self, equipment_id: str, code: int = MACHINE_FAULT) -> None:
+        """As FAULT_STATION, in-process."""
+        self.advance()
+        self._fault(self.map.for_equipment(equipment_id), code)
+
+    def emergency_stop(self) -> None:
+        """Every machine and the robot fault with 8 until :meth:`clear_faults`."""
+        self.advance()
+        for e in self.map.equipment:
+            self._fault(e, P.ERR_EMERGENCY_STOP)
+        r = self.map.robot_base
+        self.mem[r + P.R_FAULT] = P.ERR_EMERGENCY_STOP
+        if self._robot_in_flight is not None:  # hung or not, it ends now, having moved nothing
+            action_id, code, _token = self._robot_in_flight
+            self.robot_hung = False
+            self._robot_report(action_id, code, P.ERR_EMERGENCY_STOP)
+        log.info("sim: emergency stop (injected)")
+
+    def restart_registers(self) -> None:
+        """The registers as a PLC comes back from a restart (deploy/REGISTER_MAP.md,
+        "PLC restart"): handshakes, cycles and job ids gone, the pieces where they are."""
+        self.advance()
+        m, r = self.mem, self.map.robot_base
+        for offset in (P.R_ACK_ID, P.R_STATE, P.R_DONE_ID, P.R_ERROR_CODE, P.R_FAULT):
+            m[r + offset] = 0
+        self._robot_in_flight, self.robot_hung = None, False  # forgotten: never reports
+        for e in self.map.equipment:
+            self._abort_cycles(e)
+            for offset in (P.M_START_ID, P.M_ACK_ID, P.M_ERROR_CODE, P.M_RUNNING, P.M_FAULT,
+                           P.M_ABORT_ID, P.M_ABORT_ACK_ID):
+                m[e.base + offset] = 0
+            for i in range(e.slots):
+                s = e.base + 8 + 8 * i
+                occupied = m[s + P.S_OCCUPIED]
+                self._clear_slot(s)
+                m[s + P.S_OCCUPIED] = occupied
+        m[self.map.dock_base + P.D_ARRIVAL_SEQ] = 0
+        self.clear_faults()
+        c = self.map.sim_control_base
+        if c:  # injections are gone; the scrap rate is the simulator's setting, kept
+            scrap_permille = m[c + P.C_SCRAP_PERMILLE]
+            m[c:c + SIM_CONTROL_BLOCK] = [0] * SIM_CONTROL_BLOCK
+            m[c + P.C_SCRAP_PERMILLE] = scrap_permille
+        log.info("sim: PLC restart: registers reset, pieces kept")
 
     # -- fault injection -------------------------------------------------------
 
@@ -369,6 +466,11 @@ class LineModel:
             m[c + P.C_HANG_STATION] = 0
         if m[c + P.C_DROP_MS]:
             self.drop_request_ms, m[c + P.C_DROP_MS] = m[c + P.C_DROP_MS], 0
+        if m[c + P.C_ESTOP]:
+            m[c + P.C_ESTOP] = 0
+            self.emergency_stop()
+        if m[c + P.C_RESTART_MS]:
+            self.restart_request_ms, m[c + P.C_RESTART_MS] = m[c + P.C_RESTART_MS], 0
         self.response_delay_ms = m[c + P.C_RESPONSE_DELAY_MS]
         if m[c + P.C_CLEAR]:
             m[c + P.C_CLEAR] = 0
@@ -381,8 +483,9 @@ class LineModel:
         for e in self.map.equipment:
             m[e.base + P.M_FAULT] = 0
         r = self.map.robot_base
+        m[r + P.R_FAULT] = 0
         if self.robot_hung:
-            self.robot_hung = False
+            self.robot_hung, self._robot_in_flight = False, None
             m[r + P.R_STATE] = P.ROBOT_IDLE  # the hung action is abandoned, never reported
         self.response_delay_ms = m[c + P.C_RESPONSE_DELAY_MS] = 0
         finishes, self._hung_finishes = self._hung_finishes, []

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from pymodbus.server import ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
@@ -26,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class LineSimulator:
-    def __init__(self, layout: Layout, options: SimOptions, host: str = "127.0.0.1", port: int = 5020):
-        self.model = LineModel(layout, options)
+    def __init__(self, layout: Layout, options: SimOptions, host: str = "127.0.0.1", port: int = 5020,
+                 clock: Callable[[], float] = time.monotonic):
+        self.model = LineModel(layout, options, clock)  # a test's clock lets it say when cycles end
         self.host, self.port = host, port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: ModbusTcpServer | None = None
@@ -50,12 +53,48 @@ class LineSimulator:
             ms, model.drop_request_ms = model.drop_request_ms, 0
             # after this answer went out: drop every connection, refuse new ones for ms
             asyncio.get_running_loop().call_later(0.05, self._drop, ms / 1000)
+        if model.restart_request_ms:
+            ms, model.restart_request_ms = model.restart_request_ms, 0
+            asyncio.get_running_loop().call_later(
+                0.05, lambda: asyncio.ensure_future(self._restart(ms / 1000)))
         return None
 
     def _drop(self, seconds: float) -> None:
         log.info("sim: dropping every connection for %.2fs (injected)", seconds)
         self._down_for = seconds
         asyncio.ensure_future(self._server.shutdown())
+
+    async def _restart(self, seconds: float) -> None:
+        log.info("sim: PLC restart, down for %.2fs (injected)", seconds)
+        self._down_for = seconds
+        self.model.restart_registers()
+        await self._server.shutdown()
+
+    def restart(self, seconds: float, timeout: float = 10.0) -> None:
+        """Restart as a PLC does, from the test's side: returns once every connection
+        is dropped; new ones are refused for ``seconds``, then the registers are
+        those of deploy/REGISTER_MAP.md "PLC restart"."""
+        asyncio.run_coroutine_threadsafe(self._restart(seconds), self._loop).result(timeout)
+
+    # The same injections in-process, named as tests/support/register_map_plc.py names
+    # them, so a test can drive either PLC; they run on the server's loop.
+
+    def _on_loop(self, fn, *args, timeout: float = 10.0) -> None:
+        async def call():
+            fn(*args)
+
+        asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
+
+    def fault(self, equipment_id: str) -> None:
+        """The machine faults now (FAULT = 6, running cycles abort), as FAULT_STATION."""
+        self._on_loop(self.model.machine_fault, equipment_id)
+
+    def emergency_stop(self) -> None:
+        self._on_loop(self.model.emergency_stop)
+
+    def clear(self) -> None:
+        """Every injected fault cleared, as CLEAR."""
+        self._on_loop(self.model.clear_faults)
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -93,7 +132,8 @@ class LineSimulator:
         asyncio.run(self.run())
 
     def start(self, timeout: float = 10.0) -> LineSimulator:
-        """Run in a background OS thread; returns once the port listens."""
+        """Run in a background thread (green under eventlet, see above); returns
+        once the port listens."""
 
         def target():
             try:

@@ -131,6 +131,15 @@ class MachineTracking(StateBase):
             "WHERE c.equipment_id = :e AND c.ended_at IS NULL AND c.job_ids && CAST(:j AS bigint[])"),
             {"e": equipment_id, "j": [j for j in job_ids if j is not None], "now": self.now})
 
+    def abort_cycles(self, equipment_id: str, job_ids: list[int]) -> None:
+        """The open cycles of these pieces were stopped (a fault, an abort) and are
+        not run again: no cycle (docs/stats.md). A slot marked DONE later in the
+        same transaction (to unload the piece) then ends nothing."""
+        self.conn.execute(text(
+            "UPDATE machine_cycle SET ended_at = :now, aborted = true "
+            "WHERE equipment_id = :e AND ended_at IS NULL AND job_ids && CAST(:j AS bigint[])"),
+            {"e": equipment_id, "j": job_ids, "now": self.now})
+
     def _abort_cycles_without_pieces(self, equipment_id: str) -> None:
         self.conn.execute(text(
             "UPDATE machine_cycle c SET ended_at = :now, aborted = true "

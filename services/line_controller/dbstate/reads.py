@@ -51,9 +51,14 @@ class Reads(StateBase):
             sql += " AND equipment_id = :e"
         return self._all(sql + " ORDER BY id", kinds=list(kinds or ()), e=equipment_id)
 
-    def open_alarms(self, *, equipment_id: str):
-        return self._all("SELECT * FROM alarm WHERE equipment_id = :e AND status <> 'CLEARED' "
-                         "ORDER BY id", e=equipment_id)
+    def open_alarms(self, *, equipment_id: str | None = None, code: str | None = None):
+        """Alarms not cleared yet, of one machine and/or of one code."""
+        sql = "SELECT * FROM alarm WHERE status <> 'CLEARED'"
+        if equipment_id is not None:
+            sql += " AND equipment_id = :e"
+        if code is not None:
+            sql += " AND code = :c"
+        return self._all(sql + " ORDER BY id", e=equipment_id, c=code)
 
     def alarm(self, alarm_id: int):
         return self._one("SELECT * FROM alarm WHERE id = :id", id=alarm_id)
@@ -69,8 +74,29 @@ class Reads(StateBase):
             "SELECT * FROM task WHERE status IN ('PENDING','RUNNING') AND "
             "(job_id = :j OR params->'jobIds' @> to_jsonb(:j))", j=job_id)
 
+    def machines_without_progress(self):
+        """Per machine with cycles open: since when it has made no progress (the
+        later of its oldest open cycle's request and its last cycle's end)."""
+        return self._all(
+            "SELECT o.equipment_id, GREATEST(o.since, (SELECT max(p.ended_at) FROM machine_cycle p "
+            "  WHERE p.equipment_id = o.equipment_id AND p.ended_at IS NOT NULL)) AS since "
+            "FROM (SELECT equipment_id, min(requested_at) AS since FROM machine_cycle "
+            "      WHERE ended_at IS NULL GROUP BY equipment_id) o ORDER BY o.equipment_id")
+
     def overdue_tasks(self):
         return self._all("SELECT * FROM task WHERE status = 'RUNNING' AND deadline_at < now()")
+
+    def places_sent_work_since(self, moment) -> set[str | None]:
+        """The machines (``None``: the buffer and the dock) that a task created or
+        started at or after ``moment`` was sent to: what a picture of the PLC taken
+        at ``moment`` cannot show yet."""
+        places: set[str | None] = set()
+        for row in self._all("SELECT DISTINCT kind, equipment_id FROM task"
+                             " WHERE created_at >= :m OR started_at >= :m", m=moment):
+            places.add(row.equipment_id)
+            if row.kind not in ("START_MACHINE", "ABORT_CYCLE"):  # the robot's: buffer or dock too
+                places.add(None)
+        return places
 
     def live_jobs(self):
         return self._all(f"SELECT * FROM job WHERE status NOT IN {JOB_TERMINAL_SQL} ORDER BY id")

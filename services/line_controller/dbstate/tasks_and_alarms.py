@@ -3,7 +3,10 @@ by conditional updates."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from shared import serialize
+from shared.wire import camel_facts
 
 from .base import JOB_TERMINAL_SQL, StateBase, as_json
 
@@ -72,11 +75,13 @@ class TasksAndAlarms(StateBase):
 
     def raise_alarm(self, code: str, message: str, *, severity: str = "ERROR",
                     equipment_id: str | None = None, job_id: int | None = None,
-                    task_id: int | None = None):
+                    task_id: int | None = None, facts: Mapping | None = None):
+        """``facts``: what fills ``message``, kept so the page can say it in its reader's language."""
         row = self._one(
-            "INSERT INTO alarm (code, severity, message, equipment_id, job_id, task_id) "
-            "VALUES (:c, :sev, :m, :e, :j, :t) RETURNING *",
-            c=code, sev=severity, m=message, e=equipment_id, j=job_id, t=task_id)
+            "INSERT INTO alarm (code, severity, message, equipment_id, job_id, task_id, facts) "
+            "VALUES (:c, :sev, :m, :e, :j, :t, CAST(:f AS jsonb)) RETURNING *",
+            c=code, sev=severity, m=message, e=equipment_id, j=job_id, t=task_id,
+            f=as_json(camel_facts(dict(facts or {}))))
         self.emit("AlarmRaised", serialize.alarm(row))
         return row
 
@@ -124,12 +129,15 @@ class TasksAndAlarms(StateBase):
 
     def create_manual_action(self, kind: str, text_: str, choices: list[str], *,
                              job_id: int | None = None, equipment_id: str | None = None,
-                             alarm_id: int | None = None, context: dict | None = None):
+                             alarm_id: int | None = None, context: dict | None = None,
+                             facts: Mapping | None = None):
+        """``facts``: what fills ``text``, kept so the page can say it in its reader's language."""
         row = self._one(
-            "INSERT INTO manual_action (kind, text, choices, context, job_id, equipment_id, alarm_id) "
-            "VALUES (:k, :t, CAST(:ch AS jsonb), CAST(:ctx AS jsonb), :j, :e, :a) RETURNING *",
+            "INSERT INTO manual_action (kind, text, choices, context, job_id, equipment_id, alarm_id, facts) "
+            "VALUES (:k, :t, CAST(:ch AS jsonb), CAST(:ctx AS jsonb), :j, :e, :a, CAST(:f AS jsonb)) "
+            "RETURNING *",
             k=kind, t=text_, ch=as_json(choices), ctx=as_json(context or {}), j=job_id, e=equipment_id,
-            a=alarm_id)
+            a=alarm_id, f=as_json(camel_facts(dict(facts or {}))))
         self.emit("ManualActionCreated", serialize.manual_action(row))
         return row
 

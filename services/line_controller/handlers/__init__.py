@@ -30,6 +30,8 @@ class HandlerContext:
     follow_ups: list[EventLoopMessage] = field(default_factory=list)  # enqueued
     outcome: str | None = None  # None → HANDLED; STALE for a late worker result
     target: tuple[str, str | None] = ("command", None)  # what a command's audit row names
+    # A cycle this many times its cycleSeconds past its start is overdue (settings).
+    cycle_overdue_factor: float = 3.0
 
     @property
     def actor(self) -> str:

@@ -122,7 +122,8 @@ def resume_job(cmd: m.ResumeJob, ctx):
     job = _job(ctx, cmd.job_id)
     if job.status != "SUSPENDED":
         raise _invalid(f"job {job.id} is {job.status}, not SUSPENDED")
-    open_actions = [a for a in ctx.db.open_manual_actions() if a.job_id == job.id]
+    open_actions = [a for a in ctx.db.open_manual_actions()
+                    if a.job_id == job.id or job.id in (a.context or {}).get("jobIds", [])]
     if open_actions:
         raise _invalid(f"job {job.id} waits for manual action {open_actions[0].id}")
     return serialize.job(ctx.db.set_job_status(job.id, ("SUSPENDED",), job.held_status or "QUEUED",

@@ -18,6 +18,8 @@ is resolved. Nothing is guessed and nothing is replayed from logs.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from shared import events as ev
 from shared.db.models import JOB_HELD, JOB_TERMINAL
 
@@ -86,10 +88,7 @@ def _find(evt: m.RecoveryCheck, ctx, open_tasks: dict) -> list[r.Inconsistency]:
         # read taken before this message would race the loop's own updates.
         return r.find_inconsistencies([], [], _task_rows(open_tasks), {"connected": True, "equipment": []},
                                       ctx.layout.buffer_slots, equipment_running=[])
-    jobs = [r.JobRow(j.id, j.status, j.position_type, j.position_ref_id, j.temp_slot_no)
-            for j in db.live_jobs()]
-    slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
-    running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
+    jobs, slots, running = _db_rows(db)
     return r.find_inconsistencies(jobs, slots, _task_rows(open_tasks), evt.plc_state,
                                   ctx.layout.buffer_slots, equipment_running=running)
 
@@ -112,19 +111,22 @@ def _ask(db, inc: r.Inconsistency, key: str, open_tasks: dict) -> int:
         if equipment is not None and equipment.status != "FAULT":
             db.set_equipment_status(equipment.id, "FAULT")  # no new piece until confirmed
     alarm = db.raise_alarm(inc.kind, inc.text, equipment_id=inc.equipment_id,
-                           job_id=job_ids[0] if job_ids else None, task_id=inc.task_id)
+                           job_id=job_ids[0] if job_ids else None, task_id=inc.task_id, facts=inc.facts)
     return db.create_manual_action(
         inc.kind, f"{inc.text} {CHOICE_HELP[inc.kind]}", list(inc.choices),
         job_id=job_ids[0] if len(job_ids) == 1 else None, equipment_id=inc.equipment_id,
-        alarm_id=alarm.id,
+        alarm_id=alarm.id, facts={**inc.facts, "job_ids": job_ids},
         context={**inc.context, "checkKey": key, "jobIds": job_ids, "taskId": inc.task_id}).id
 
 
-def recovery_check(evt: m.RecoveryCheck, ctx):
-    db = ctx.db
-    ctx.target = ("recovery", None)
-    open_tasks = _tasks_in_question(evt, db)
-    found = _find(evt, ctx, open_tasks)
+def ask(db, inc: r.Inconsistency, open_tasks: dict) -> int:
+    """Ask about one finding (also outside a recovery check: an action whose outcome
+    the hardware could not see); the action's id."""
+    return _ask(db, inc, _check_key(inc), open_tasks)
+
+
+def _ask_what_is_new(db, found: list[r.Inconsistency], open_tasks: dict) -> list[int]:
+    """An action for each finding not already asked about; the new actions' ids."""
     asked = {(a.context or {}).get("checkKey") for a in db.open_manual_actions() if r.is_recovery(a.kind)}
     created = []
     for inc in found:
@@ -132,6 +134,57 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
         if key not in asked:
             asked.add(key)
             created.append(_ask(db, inc, key, open_tasks))
+    return created
+
+
+def _db_rows(db):
+    jobs = [r.JobRow(j.id, j.status, j.position_type, j.position_ref_id, j.temp_slot_no)
+            for j in db.live_jobs()]
+    slots = [r.SlotRow(s.equipment_id, s.slot_no, s.status, s.current_job_id) for s in db.all_slots()]
+    running = [e.id for e in db.all_equipment() if e.status == "RUNNING"]
+    return jobs, slots, running
+
+
+def check_against_plc(db, layout, plc_state: dict) -> dict:
+    """The PLC answers again after a lost connection (it may have restarted, and a
+    restarted PLC forgot its cycles): the start-up checks of the records against
+    what it holds now. Tasks are left out: an action in flight is reported by the
+    hardware service itself (not sent, or of unknown outcome).
+
+    The picture was read before this message reached the loop, and the loop may
+    have sent work since (a new hardware instance's first read races the starts
+    the loop sends it): what that work touched is left out, the picture cannot
+    show it yet. While the PLC was away the loop sent nothing, so a real
+    reconnect's picture is whole."""
+    jobs, slots, running = _db_rows(db)
+    found = r.find_inconsistencies(jobs, slots, [], plc_state, layout.buffer_slots,
+                                   equipment_running=running)
+    observed = _observed_at(plc_state)
+    if observed is not None:
+        moved_on = db.places_sent_work_since(observed)
+        found = [inc for inc in found if inc.equipment_id not in moved_on]
+    created = _ask_what_is_new(db, found, {})
+    db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
+                                "plcConnected": True, "trigger": "PlcConnection"})
+    return {"inconsistencies": len(found), "manualActionIds": created}
+
+
+def _observed_at(plc_state: dict):
+    """When the hardware read the picture (its ``observedAt``), or None if it does not say."""
+    raw = plc_state.get("observedAt")
+    try:
+        moment = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+def recovery_check(evt: m.RecoveryCheck, ctx):
+    db = ctx.db
+    ctx.target = ("recovery", None)
+    open_tasks = _tasks_in_question(evt, db)
+    found = _find(evt, ctx, open_tasks)
+    created = _ask_what_is_new(db, found, open_tasks)
     dock = (evt.plc_state or {}).get("dock")
     if dock is not None and not evt.hardware_started_at and evt.plc_state.get("connected"):
         # The PLC's count is the truth now that no refill runs any more.

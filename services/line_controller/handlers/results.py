@@ -6,8 +6,14 @@ cancelled, or its job already terminal) is a stale result: logged and ignored.
 
 from __future__ import annotations
 
+import dataclasses
+
+from shared import events as ev
+
+from .. import consistency_checks as r
 from .. import messages as m
 from ..task_outcomes import apply_task_failure, apply_task_success
+from . import recovery
 
 
 def _conclude(message, ctx, **outcome):
@@ -31,13 +37,35 @@ def succeeded(result: m.ActionSucceeded, ctx):
 
 
 def failed(result: m.ActionFailed, ctx):
+    if result.error_code == ev.OUTCOME_UNKNOWN:
+        return _outcome_unknown(result, ctx)
     task = _conclude(result, ctx, error=(result.error_code, result.error_message))
     if task is not None:
         ctx.requests.extend(apply_task_failure(ctx.db, task, result.error_code,
                                                finished_at=result.finished_at))
 
 
+def _outcome_unknown(result: m.ActionFailed, ctx):
+    """The PLC took the action, then came back without it (it restarted): where the
+    pieces are is for the operator to say, with the same question as after a
+    restart of ours (CONFIRM: it did not happen; ACTION_DONE: it did; ...)."""
+    ctx.target = ("task", result.correlation_id)
+    cid = result.correlation_id
+    task = ctx.db.task(int(cid)) if cid.isdigit() else None
+    if task is None or task.status != "RUNNING":
+        ctx.outcome = "STALE"
+        return None
+    (finding,) = r.tasks_with_unknown_outcome([r.TaskRow(task.id, task.kind, task.status, task.job_id,
+                                                         task.equipment_id)])
+    finding = dataclasses.replace(finding, text=(
+        f"Task {task.id} ({task.kind}) was acknowledged by the PLC, then the PLC came back without it "
+        "(it restarted, or the link stayed down past the action's deadline); whether it finished is unknown."))
+    recovery.ask(ctx.db, finding, {task.id: task})
+    return None
+
+
 HANDLERS = {
     m.RobotActionSucceeded: succeeded, m.ToolActionSucceeded: succeeded, m.MachineStartSucceeded: succeeded,
     m.RobotActionFailed: failed, m.ToolActionFailed: failed, m.MachineStartFailed: failed,
+    m.MachineAbortSucceeded: succeeded, m.MachineAbortFailed: failed,
 }

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from .. import consistency_checks as r
 from .. import manual_actions as ma
 from .. import messages as m
 from ..dbstate import Rejected
 from ..job_lifecycle import mark_slot_done
+from ..machine_faults import suspend_stopped_cycles
+from .recovery import check_against_plc
 
 
 def _target_slot(ctx, equipment, slot_no, job_id=None):
@@ -25,19 +28,22 @@ def _target_slot(ctx, equipment, slot_no, job_id=None):
     return ctx.db.earliest_occupied_slot(equipment.id)
 
 
-def _unexpected(ctx, equipment, text):
-    """A signal that matches nothing: no state change, an alarm for the operator."""
-    ctx.db.raise_alarm("SIGNAL_UNEXPECTED", text, severity="WARNING", equipment_id=equipment.id)
+def _unexpected(ctx, equipment, text, signal, slot_no=None):
+    """A signal that matches nothing: no state change, an alarm for the operator.
+    ``signal`` names which mismatch it is (the page words each its own way)."""
+    ctx.db.raise_alarm("SIGNAL_UNEXPECTED", text, severity="WARNING", equipment_id=equipment.id,
+                       facts={"equipment_id": equipment.id, "signal": signal, "slot_no": slot_no})
 
 
 def _mismatch(ctx, equipment, slot, job_id):
+    facts = {"equipment_id": equipment.id, "slot_no": slot.slot_no, "reported_job_id": job_id,
+             "slot_job_id": slot.current_job_id}
     alarm = ctx.db.raise_alarm(
         "SIGNAL_JOB_MISMATCH",
         f"{equipment.id} slot {slot.slot_no} reports job {job_id}, the slot holds job {slot.current_job_id}",
-        equipment_id=equipment.id, job_id=slot.current_job_id)
+        equipment_id=equipment.id, job_id=slot.current_job_id, facts=facts)
     ma.open_manual_action(
-        ctx.db, ma.SIGNAL_MISMATCH, {"equipment_id": equipment.id, "slot_no": slot.slot_no,
-                                     "reported_job_id": job_id, "slot_job_id": slot.current_job_id},
+        ctx.db, ma.SIGNAL_MISMATCH, facts,
         job_id=slot.current_job_id, equipment_id=equipment.id,
         alarm_id=alarm.id, context={"slotNo": slot.slot_no, "reportedJobId": job_id})
 
@@ -67,7 +73,8 @@ def machine_done(evt: m.MachineDone, ctx):
                 s.slot_no == evt.slot_no and s.status == "DONE" for s in slots):
             return None  # the same batch's done edge of another slot: already applied
         if not occupied:
-            return _unexpected(ctx, equipment, f"{equipment.id} reports done with no piece loaded")
+            return _unexpected(ctx, equipment, f"{equipment.id} reports done with no piece loaded",
+                               "DONE_NO_PIECE")
         if evt.job_id is not None and evt.job_id not in {s.current_job_id for s in occupied}:
             return _mismatch(ctx, equipment, occupied[0], evt.job_id)
         for slot in occupied:
@@ -77,7 +84,8 @@ def machine_done(evt: m.MachineDone, ctx):
     slot = _target_slot(ctx, equipment, evt.slot_no, evt.job_id)
     if slot is None or slot.status != "OCCUPIED":
         where = f"slot {slot.slot_no}" if slot is not None else "no occupied slot"
-        return _unexpected(ctx, equipment, f"{equipment.id} reports done for {where}")
+        return _unexpected(ctx, equipment, f"{equipment.id} reports done for {where}", "DONE_EMPTY_SLOT",
+                           slot.slot_no if slot is not None else None)
     if evt.job_id is not None and evt.job_id != slot.current_job_id:
         return _mismatch(ctx, equipment, slot, evt.job_id)
     mark_slot_done(ctx.db, slot)
@@ -96,7 +104,8 @@ def inspection_result(evt: m.InspectionResult, ctx):
             and "inspection" in (ctx.db.job(slot.current_job_id).context or {})):
         return None  # the verdict already came with the station's MachineDone
     if slot is None or slot.status != "OCCUPIED":
-        return _unexpected(ctx, equipment, f"{equipment.id} reports an inspection with no piece loaded")
+        return _unexpected(ctx, equipment, f"{equipment.id} reports an inspection with no piece loaded",
+                           "INSPECTION_NO_PIECE")
     if evt.job_id is not None and evt.job_id != slot.current_job_id:
         return _mismatch(ctx, equipment, slot, evt.job_id)
     disposition = {True: "PASS", False: "SCRAP", None: "DECIDE"}[evt.passed]
@@ -131,31 +140,77 @@ def hardware_stopping(evt: m.HardwareStopping, ctx):
     ctx.db.emit("HardwareStopping", {"instanceId": evt.instance_id, "startedAt": evt.started_at})
 
 
-# The alarm a machine's own fault report raises (seed 004: a fault is recorded as
-# equipment.status FAULT and an alarm).
-EQUIPMENT_FAULT_ALARM = "EQUIPMENT_FAULT"
+EQUIPMENT_FAULT_ALARM = ma.EQUIPMENT_FAULT_ALARM
 
 
 def machine_fault(evt: m.MachineFault, ctx):
     """The PLC says a machine is in fault: FAULT (the scheduler gives it nothing,
-    its time counts against availability) and an alarm. When the PLC says it is
-    clear again, a fault that this raised goes back to IDLE and its alarm is
-    cleared, unless an operator still has a manual action open on the machine
-    (then their resolution decides, as for a failed start)."""
+    its time counts as FAULT) and an alarm, open while the PLC reports it. Pieces
+    whose cycle it stopped are held in their slots, with one action for the
+    operator (``machine_faults``). When the PLC says it is clear again the
+    machine is IDLE and the alarm cleared; the clear alone restarts, moves or
+    scraps nothing (an open action on the machine still holds it)."""
     equipment = _equipment(ctx, evt.machine_id)
     db = ctx.db
-    raised = [a for a in db.open_alarms(equipment_id=equipment.id) if a.code == EQUIPMENT_FAULT_ALARM]
+    raised = db.open_alarms(equipment_id=equipment.id, code=EQUIPMENT_FAULT_ALARM)
     if evt.fault is not None:
         if equipment.status != "FAULT":
             db.set_equipment_status(equipment.id, "FAULT")
         if not raised:
             db.raise_alarm(EQUIPMENT_FAULT_ALARM, f"{equipment.id} reports fault {evt.fault}",
-                           equipment_id=equipment.id)
+                           equipment_id=equipment.id, facts={"equipment_id": equipment.id, "fault": evt.fault})
+        suspend_stopped_cycles(db, equipment.id, reason=f"fault {evt.fault}")
         return None
     if not raised:
         return None  # not a fault this path raised (a failed start's, a recovery's): theirs to clear
-    if equipment.status == "FAULT" and not db.open_manual_actions(equipment_id=equipment.id):
+    for alarm in raised:
+        db.resolve_alarm(alarm.id, "plc")
+    if equipment.status == "FAULT" and not db.open_manual_actions(
+            (ma.EQUIPMENT_FAULT, *r.RECOVERY_KINDS), equipment_id=equipment.id):
+        # A failed start's action or a recovery question keeps its FAULT until answered.
         db.set_equipment_status(equipment.id, "IDLE")
+    return None
+
+
+PLC_DISCONNECTED_ALARM = "PLC_DISCONNECTED"
+
+
+def plc_connection(evt: m.PlcConnection, ctx):
+    """The PLC link went down (an alarm: the line waits, it is not stuck silently)
+    or came back: the alarm cleared, and what the PLC holds now checked against
+    the records, as after a start (a PLC that restarted forgot its cycles)."""
+    db = ctx.db
+    ctx.target = ("plc", None)
+    raised = db.open_alarms(code=PLC_DISCONNECTED_ALARM)
+    db.emit("PlcConnection", {"connected": evt.connected, "error": evt.error})
+    if not evt.connected:
+        if not raised:
+            db.raise_alarm(PLC_DISCONNECTED_ALARM, f"The PLC does not answer ({evt.error or 'no reason given'}); "
+                           "the line sends it nothing until it is back.", severity="WARNING",
+                           facts={"error": evt.error})
+        return None
+    for alarm in raised:
+        db.resolve_alarm(alarm.id, "plc")
+    if evt.plc_state is not None:
+        return check_against_plc(db, ctx.layout, evt.plc_state)
+    return None
+
+
+ROBOT_FAULT_ALARM = "ROBOT_FAULT"
+
+
+def robot_fault(evt: m.RobotFault, ctx):
+    """The robot reports a fault (an emergency stop): an alarm while it lasts. The
+    loop sends no robot or machine command meanwhile (``EventLoop.cell_stopped``);
+    the action in flight fails as any robot failure does."""
+    db = ctx.db
+    ctx.target = ("robot", None)
+    raised = db.open_alarms(code=ROBOT_FAULT_ALARM)
+    if evt.fault is not None:
+        if not raised:
+            db.raise_alarm(ROBOT_FAULT_ALARM, f"The robot reports fault {evt.fault}: the line waits "
+                           "for it to be cleared.", facts={"fault": evt.fault})
+        return None
     for alarm in raised:
         db.resolve_alarm(alarm.id, "plc")
     return None
@@ -163,6 +218,7 @@ def machine_fault(evt: m.MachineFault, ctx):
 
 HANDLERS = {
     m.HardwareStopping: hardware_stopping, m.MachineFault: machine_fault,
+    m.PlcConnection: plc_connection, m.RobotFault: robot_fault,
     m.MachineDone: machine_done, m.InspectionResult: inspection_result,
     m.PalletArrived: pallet_arrived, m.RefillRequested: refill_requested,
 }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from .. import manual_actions as ma
 from .. import messages as m
+from ..machine_faults import stopped_pieces, suspend_stopped_cycles
 from ..task_outcomes import apply_task_failure
 
 
@@ -11,9 +13,32 @@ def schedule_tick(tick: m.ScheduleTick, ctx):
     task, de-duplicated by id), shelved alarms whose time is up return; the
     scheduling round runs after every message."""
     ctx.db.expire_shelves()
+    _overdue_cycles(ctx)
     for task in ctx.db.overdue_tasks():
         ctx.follow_ups.append(m.new_message("StepTimeout", {"taskId": task.id},
                                             id=f"timeout-{task.id}"))
+
+
+def _overdue_cycles(ctx) -> None:
+    """A machine whose cycle runs past ``cycle_overdue_factor`` × its cycleSeconds
+    (a cycle that never reports done): an alarm and the operator's question
+    (CYCLE_OVERDUE). Nothing moves by itself; the answer aborts the cycle first."""
+    db = ctx.db
+    for row in db.machines_without_progress():
+        try:
+            spec = ctx.layout.equipment_by_id(row.equipment_id)
+        except KeyError:  # no longer in the layout
+            continue
+        bound = ctx.cycle_overdue_factor * spec.cycle_seconds
+        if (db.now - row.since).total_seconds() <= bound or not stopped_pieces(db, row.equipment_id):
+            continue
+        alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{row.equipment_id}: no cycle has ended for more than "
+                               f"{bound:g} s ({ctx.cycle_overdue_factor:g} × its {spec.cycle_seconds:g} s cycle)",
+                               equipment_id=row.equipment_id,
+                               facts={"equipment_id": row.equipment_id, "bound_seconds": bound,
+                                      "factor": ctx.cycle_overdue_factor, "cycle_seconds": spec.cycle_seconds})
+        suspend_stopped_cycles(db, row.equipment_id, kind=ma.CYCLE_OVERDUE, alarm_id=alarm.id,
+                               reason=f"over {bound:g} s")
 
 
 def step_timeout(evt: m.StepTimeout, ctx):

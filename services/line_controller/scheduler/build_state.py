@@ -1,4 +1,4 @@
-"""Building a :class:`~.state.SystemState` from the DB: seven SELECTs, built once,
+"""Building a :class:`~.state.SystemState` from the DB: eight SELECTs, built once,
 run on the round's connection (the scheduler's only I/O)."""
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from shared.db.models import (
     Equipment,
     EquipmentSlot,
     Job,
+    ManualAction,
     Task,
     WorkOrder,
 )
 from shared.layout import Layout
 
+from ..consistency_checks import RECOVERY_PREFIX
+from ..manual_actions import MACHINE_IN_QUESTION
 from . import state
 
 
@@ -79,9 +82,15 @@ _OPEN_ALARMS = (
     .order_by(Alarm.id)
 )
 
+# Machines an open manual action puts in question (a fault, a restart-recovery finding).
+_MACHINES_IN_QUESTION = select(ManualAction.equipment_id).distinct().where(
+    ManualAction.status == "OPEN", ManualAction.equipment_id.is_not(None),
+    or_(ManualAction.kind.in_(MACHINE_IN_QUESTION), ManualAction.kind.startswith(RECOVERY_PREFIX)),
+)
+
 
 def build_system_state(session: Session, layout: Layout, now: datetime) -> state.SystemState:
-    """Read one snapshot from the DB. Reads only; seven SELECTs, no writes.
+    """Read one snapshot from the DB. Reads only; eight SELECTs, no writes.
 
     Live jobs are read whole except those still at the docking station: of
     those only the head of the dock queue (``buffer_size`` pieces, the most a
@@ -138,4 +147,5 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> state
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
         equipment=equipment, open_tasks=open_tasks, faults=faults,
         dock_pieces=conn.execute(_DOCK).scalar(),
+        equipment_in_question=frozenset(conn.execute(_MACHINES_IN_QUESTION).scalars()),
     )

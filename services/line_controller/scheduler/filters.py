@@ -54,13 +54,27 @@ class ToolFree:
 
 
 class EquipmentUp:
-    """No action at all on equipment that is FAULT or OFFLINE (or unknown)."""
+    """No action on equipment that is FAULT or OFFLINE (or unknown), except a
+    plain unload from a FAULT machine: an operator's answer to a stopped cycle
+    (RETURN_TO_BUFFER, SCRAP) takes the pieces off a machine still in fault."""
 
     def allows(self, action, state):
         for eq_id in _equipment_ids(action):
             eq = state.equipment_by_id.get(eq_id)
-            if eq is None or eq.down:
+            if eq is None:
                 return False
+            if eq.down and not (isinstance(action, Unload) and eq.status == "FAULT"):
+                return False
+        return True
+
+
+class EquipmentNotInQuestion:
+    """Nothing is loaded onto or started on a machine an open manual action is
+    about (a fault, a restart-recovery finding) until it is answered."""
+
+    def allows(self, action, state):
+        if isinstance(action, Load | Swap | StartMachine):
+            return action.equipment_id not in state.equipment_in_question
         return True
 
 
@@ -232,6 +246,6 @@ class PositionsSettled:
 
 def default_filters() -> list[Filter]:
     return [
-        RobotFree(), ToolFree(), EquipmentUp(), SlotReady(), JobsNotHeld(), JobsAtStep(),
+        RobotFree(), ToolFree(), EquipmentUp(), EquipmentNotInQuestion(), SlotReady(), JobsNotHeld(), JobsAtStep(),
         BufferCapacity(), PositionsSettled(), BatchNotRunning(), BatchReady(),
     ]

@@ -25,14 +25,14 @@ from datetime import datetime
 from functools import cached_property
 
 from shared.db.models import JOB_HELD, JOB_TERMINAL
-from shared.events import MARK, SCAN, START_MACHINE
+from shared.events import ABORT_CYCLE, MARK, SCAN, START_MACHINE
 
 __all__ = ["EquipmentView", "FaultView", "JobView", "OrderView", "SlotView", "Step", "SystemState",
            "TaskView"]
 
 # Task kinds are the hardware action codes (shared.events); every kind but a
 # machine start needs the robot (tools are held by the robot).
-MACHINE_TASK_KINDS = frozenset({START_MACHINE})
+MACHINE_TASK_KINDS = frozenset({START_MACHINE, ABORT_CYCLE})
 TOOL_TASK_KINDS = frozenset({SCAN, MARK})
 EQUIPMENT_DOWN = frozenset({"FAULT", "OFFLINE"})
 # Given no work until an operator acts: held, or in error.
@@ -175,6 +175,9 @@ class SystemState:
     faults: tuple[FaultView, ...] = ()
     # Pieces at the dock no refill has claimed; None: not reported yet (no limit).
     dock_pieces: int | None = None
+    # Equipment an open manual action is about (a fault, a recovery question):
+    # nothing is loaded onto it or started on it until the operator has answered.
+    equipment_in_question: frozenset[str] = frozenset()
 
     # -- indexes (computed once per snapshot) ---------------------------------
 

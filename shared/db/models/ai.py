@@ -114,6 +114,11 @@ class AiRuntimeJob(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = now_default()
     updated_at: Mapped[datetime] = now_default()
+    # A poll's hint, not job state: while it lasts other runtimes' polls skip the
+    # job (services.ai_jobs.repository.leases). Not indexed, so setting it is a
+    # HOT update where the page has room; never shown in the API.
+    offered_to: Mapped[str | None] = mapped_column(String(200))
+    offered_until: Mapped[datetime | None] = moment()
 
 
 class AiRuntimeResult(Base):

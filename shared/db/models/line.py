@@ -203,6 +203,8 @@ class Alarm(Base):
     shelve_reason: Mapped[str | None] = mapped_column(String(200))
     shelved_by: Mapped[str | None] = mapped_column(String(200))
     shelved_at: Mapped[datetime | None] = moment()
+    # What fills ``message`` (machine, job, error code, …), camelCase: the page renders from it.
+    facts: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default=sql_text("'{}'::jsonb"))
     status_before_shelve: Mapped[str | None] = mapped_column(String(16))
 
 
@@ -269,6 +271,8 @@ class ManualAction(Base):
     text: Mapped[str] = mapped_column(Text, nullable=False)
     choices: Mapped[list] = mapped_column(JSONB, nullable=False, server_default=sql_text("'[]'::jsonb"))
     context: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default=sql_text("'{}'::jsonb"))
+    # What fills ``text`` (job, slot, machine, error code, …), camelCase: the page renders from it.
+    facts: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default=sql_text("'{}'::jsonb"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"))
     equipment_id: Mapped[str | None] = mapped_column(ForeignKey("equipment.id"))
     alarm_id: Mapped[int | None] = mapped_column(ForeignKey("alarm.id"))

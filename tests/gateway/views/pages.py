@@ -32,17 +32,22 @@ PAGE_MARKS = [
     pytest.mark.timeout(240),
 ]
 
+# The per-machine figures as the OEE chart's legend names them (en) → their field.
 FIGURES = {"OEE": "oee", "availability": "availability", "performance": "performance", "quality": "quality"}
 RED = "rgb(170, 51, 51)"  # #a33, the message line's colour for an error
 # The timeline's x axis, [min, max] in ms.
 TIMELINE_X = "(s => [s.min, s.max])(Chart.getChart(document.getElementById('timeline-chart')).options.scales.x)"
 
 
-def open_page(browser, base: str, token: str) -> None:
+def open_page(browser, base: str, token: str, language: str | None = None) -> None:
+    """The page with `token`, in `language` if given (as its switch would have
+    left it), else in the one the browser asks for."""
     browser.navigate(base + "/")
     wait_for(lambda: browser.check(f"location.origin === '{base}' && document.readyState === 'complete'"),
              timeout=30, message="the page at the gateway's origin")
-    browser.evaluate(f"localStorage.setItem('linectl.token', '{token}'); window.__before = true")
+    remember = f"localStorage.setItem('linectl.lang', '{language}')" if language else \
+        "localStorage.removeItem('linectl.lang')"
+    browser.evaluate(f"localStorage.setItem('linectl.token', '{token}'); {remember}; window.__before = true")
     browser.navigate(base + "/")
     wait_for(lambda: browser.check("!window.__before && document.body.dataset.role !== undefined"),
              timeout=30, message="the page (reloaded) to learn its role")
@@ -61,8 +66,18 @@ def chart_data(browser, canvas_id: str) -> dict:
 
 def pct(ratio: float) -> str:
     """A ratio as the page shows it: a percentage rounded half up to one decimal
-    on its decimal value (0.6605 → "66.1 %")."""
-    return f"{(Decimal(str(ratio)) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)} %"
+    on its decimal value (0.6605 → "66.1%", as Intl writes it in en and zh-CN)."""
+    return f"{(Decimal(str(ratio)) * 100).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
+
+
+def catalog(language: str = "en") -> dict[str, str]:
+    """The page's catalog for `language` (what a person reads on the page)."""
+    return json.loads((STATIC / "i18n" / f"{language}.json").read_text(encoding="utf-8"))
+
+
+EN = catalog("en")
+# A machine state as the timeline's legend names it (en) → its code.
+STATE_OF_LABEL = {EN[f"machineState.{s}"]: s for s in ("PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT")}
 
 
 

@@ -1,15 +1,25 @@
 """Seeded history for the page's views: ten hours of the line (state
-intervals, cycles, finished jobs), alarms, a piece in flight, work orders."""
+intervals, cycles, finished jobs), alarms, a piece in flight, work orders,
+open manual actions with their facts."""
 
 from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
 
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from shared.config import Settings
-from shared.db.models import Alarm, Job, MachineCycle, MachineStateInterval, Task, WorkOrder
+from shared.db.models import (
+    Alarm,
+    Equipment,
+    Job,
+    MachineCycle,
+    MachineStateInterval,
+    ManualAction,
+    Task,
+    WorkOrder,
+)
 from shared.layout import load_layout
 
 # Each machine's states, repeated from ten hours ago until now (minutes). The
@@ -132,3 +142,41 @@ def seed_orders(writable, now: datetime) -> dict[str, int]:
         s.flush()
         return {"short": short.id, "never": never.id}
 
+
+
+def seed_open_actions(writable) -> dict[str, int]:
+    """What the floor has open, as the loop writes it (English text, kind, facts):
+    MC1 failed to start (its fault still on), a recovery question, a kind no
+    catalog knows; each with its alarm, and MC2's own fault alarm on top."""
+    with writable.begin() as s:
+        s.execute(update(Equipment).where(Equipment.id == "MC1").values(status="FAULT"))
+        start_alarm = Alarm(code="ACTION_FAILED", severity="ERROR", message="START_MACHINE failed: PLC_ERROR",
+                            equipment_id="MC1", status="ACKNOWLEDGED",
+                            facts={"taskKind": "START_MACHINE", "errorCode": "PLC_ERROR", "equipmentId": "MC1",
+                                   "errorMessage": None, "jobId": None})
+        recovery_alarm = Alarm(code="RECOVERY_TASK_OUTCOME_UNKNOWN", severity="ERROR", status="ACKNOWLEDGED",
+                               message="Task 7 (DOCK_TO_BUFFER) was running when the line controller restarted",
+                               facts={"taskId": 7, "taskKind": "DOCK_TO_BUFFER", "jobId": 3, "equipmentId": None})
+        fault_alarm = Alarm(code="EQUIPMENT_FAULT", severity="ERROR", message="MC2 reports fault 3",
+                            equipment_id="MC2", facts={"equipmentId": "MC2", "fault": 3})
+        s.add_all([start_alarm, recovery_alarm, fault_alarm])
+        s.flush()
+        start = ManualAction(kind="EQUIPMENT_FAULT", text="MC1 did not start: PLC_ERROR", choices=["RETRY", "SCRAP"],
+                             equipment_id="MC1", alarm_id=start_alarm.id,
+                             facts={"equipmentId": "MC1", "errorCode": "PLC_ERROR"})
+        recovery = ManualAction(
+            kind="RECOVERY_TASK_OUTCOME_UNKNOWN", choices=["CONFIRM", "ACTION_DONE", "PIECE_REMOVED", "SCRAP"],
+            text="Task 7 (DOCK_TO_BUFFER) was running when the line controller restarted. CONFIRM: ...",
+            alarm_id=recovery_alarm.id,
+            facts={"taskId": 7, "taskKind": "DOCK_TO_BUFFER", "jobId": 3, "equipmentId": None, "jobIds": [3]})
+        unknown = ManualAction(kind="FUTURE_KIND", text="Something only the English text explains.",
+                               choices=["OK"], facts={"what": 1})
+        stopped = ManualAction(
+            kind="MACHINE_FAULT_DURING_CYCLE", choices=["RESTART_CYCLE", "RETURN_TO_BUFFER", "SCRAP"],
+            text="WASH1 faulted during the cycle of job 5 (slot 2). RESTART_CYCLE runs the cycle again …",
+            equipment_id="WASH1", facts={"equipmentId": "WASH1", "pieces": "job 5 (slot 2)", "reason": "fault 3",
+                                         "stopped": [{"jobId": 5, "slotNo": 2}]})
+        s.add_all([start, recovery, unknown, stopped])
+        s.flush()
+        return {"start": start.id, "recovery": recovery.id, "unknown": unknown.id, "stopped": stopped.id,
+                "fault_alarm": fault_alarm.id, "start_alarm": start_alarm.id}

@@ -1,12 +1,13 @@
 """Issue 18's alarm and AI views of the page in headless Chromium, on a served
 gateway: an alarm shelved and unshelved from the page; the alarm history; the
 AI queue panel (an admin reruns a failed job); each role sees only what it may
-use."""
+use. The shelving and the AI panel run in English and in 简体中文 (issue 27)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from sqlalchemy import select
 
 from services.ai_jobs.domain import output_hash
@@ -19,6 +20,7 @@ from tests.gateway.views.pages import (
     RED,
     ai_finish,
     ai_job,
+    catalog,
     chart_data,
     fetched,
     message,
@@ -32,10 +34,17 @@ from tests.support.waiting import wait_for
 pytestmark = PAGE_MARKS
 
 
-def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, browser):
+# A reason as the operator would type it, in their language.
+REASONS = {"en": "spindle sensor swap", "zh-CN": "更换主轴传感器"}
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, browser, language):
     now = datetime.now(UTC)
     ids = seed_alarms(writable, now)
-    open_page(browser, served, OPERATOR)
+    words = catalog(language)
+    reason = REASONS[language]
+    open_page(browser, served, OPERATOR, language)
     card = f"#alarms li[data-alarm-id=\"{ids['critical']}\"]"
     wait_for(lambda: browser.check(f"document.body.dataset.loaded === 'true' && !!document.querySelector('{card}')"),
              timeout=30, message="the active alarms")
@@ -48,9 +57,9 @@ def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, brows
     wait_for(lambda: visible(browser, "#shelve-form"), timeout=10, message="the shelve form")
     # Without a reason (past the form's own check): an error, in red.
     browser.evaluate("document.getElementById('shelve-form').dispatchEvent(new Event('submit', {cancelable: true}))")
-    assert message(browser) == {"text": "shelve: a reason is required", "kind": "error", "colour": RED}
+    assert message(browser) == {"text": words["shelve.noReason"], "kind": "error", "colour": RED}
     browser.evaluate("document.getElementById('shelve-minutes').value = '45';"
-                     "document.getElementById('shelve-reason').value = 'spindle sensor swap';"
+                     f"document.getElementById('shelve-reason').value = '{reason}';"
                      "document.querySelector('#shelve-form button[type=submit]').click()")
     shelved_card = f"#shelved li[data-alarm-id=\"{ids['critical']}\"]"
     wait_for(lambda: browser.check(f"!!document.querySelector('{shelved_card}') && !document.querySelector('{card}')"
@@ -58,14 +67,16 @@ def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, brows
              timeout=30, message="the alarm in the shelved list")
     with writable() as s:
         alarm = s.get(Alarm, ids["critical"])
-        assert alarm.status == "SHELVED" and alarm.shelve_reason == "spindle sensor swap"
+        assert alarm.status == "SHELVED" and alarm.shelve_reason == reason
         assert abs((alarm.shelved_until - alarm.shelved_at).total_seconds() - 45 * 60) < 1
     note = browser.evaluate(f"document.querySelector('{shelved_card} .shelved-note').textContent")
-    assert "spindle sensor swap" in note and note.startswith("until ")
+    assert reason in note and note.startswith(words["alarms.shelvedNote"].split("{")[0])
+    assert browser.evaluate(f"document.querySelector('{shelved_card} button.unshelve').textContent") == \
+        words["alarms.unshelve"]
 
     browser.evaluate(f"document.querySelector('{shelved_card} button.unshelve').click()")
     wait_for(lambda: browser.check(f"!document.querySelector('{shelved_card}')"
-                                   f" && document.querySelector('{card} .status').textContent === 'RAISED'"),
+                                   f" && document.querySelector('{card} .status').dataset.status === 'RAISED'"),
              timeout=30, message="the alarm back in the active list")
     with writable() as s:
         assert s.get(Alarm, ids["critical"]).status == "RAISED"
@@ -85,7 +96,11 @@ def test_an_alarm_is_shelved_and_unshelved_from_the_page(served, writable, brows
     assert page_errors(browser) == []
 
 
-def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, browser):
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, browser, language):
+    words = catalog(language)
+    status_of = {words[f"aiStatus.{s}"]: s for s in
+                 ("pending", "locked", "running", "succeeded", "failed", "cancelled", "expired")}
     # Through the HTTP API, as a platform and a runtime would: one failed
     # (a non-retryable code), one succeeded, one still pending.
     failed = ai_job(served, target="t-failed")
@@ -96,14 +111,15 @@ def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, b
     ai_finish(served, done["id"], status="succeeded", output=output, outputHash=output_hash(output))
     ai_job(served, target="t-pending")
 
-    open_page(browser, served, ADMIN)
+    open_page(browser, served, ADMIN, language)
     row = f"#ai-failures tr[data-job-id=\"{failed['id']}\"]"
     wait_for(lambda: browser.check(f"document.body.dataset.aiLoaded === 'true' && !!document.querySelector('{row}')"),
              timeout=30, message="the AI panel")
     assert visible(browser, "#ai-section") and visible(browser, "#production-section")  # admin: both
     assert browser.evaluate(f"document.querySelector('{row} .code').textContent") == "INVALID_CREDENTIAL"
     by_status = chart_data(browser, "ai-status-chart")
-    counts = dict(zip(by_status["labels"], by_status["datasets"][0]["data"], strict=True))
+    counts = dict(zip([status_of[label] for label in by_status["labels"]], by_status["datasets"][0]["data"],
+                      strict=True))
     assert counts == {"pending": 1, "locked": 0, "running": 0, "succeeded": 1, "failed": 1, "cancelled": 0,
                       "expired": 0}
     hourly = chart_data(browser, "ai-hourly-chart")
@@ -121,14 +137,16 @@ def test_the_ai_panel_shows_failures_and_an_admin_reruns_one(served, writable, b
     said = message(browser)
     assert rerun.id[:8] in said["text"] and said["kind"] == "info" and said["colour"] != RED, said
     assert page_errors(browser) == []
+    assert browser.evaluate(f"document.querySelector('{row} .rerun-as').textContent") == \
+        words["ai.rerunAs"].replace("{id}", rerun.id[:8])
     # A reload (or another admin's page) knows it was rerun: no second Rerun to press.
-    open_page(browser, served, ADMIN)
+    open_page(browser, served, ADMIN, language)
     wait_for(lambda: browser.check("document.body.dataset.aiLoaded === 'true'"
                                    f" && !!document.querySelector('{row} .rerun-as')"),
              timeout=30, message="the rerun after a reload")
     assert not browser.check(f"!!document.querySelector('{row} button.rerun')")
     browser.evaluate("document.querySelector('#ai-section').scrollIntoView()")
-    browser.screenshot(ARTIFACTS / "ai-panel.png")
+    browser.screenshot(ARTIFACTS / f"ai-panel-{language}.png")
 
 
 def test_each_role_sees_only_what_it_may_use(served, writable, browser):

@@ -15,6 +15,7 @@ from tests.gateway.conftest import OPERATOR
 from tests.gateway.views.pages import (
     ARTIFACTS,
     PAGE_MARKS,
+    STATE_OF_LABEL,
     TIMELINE_X,
     asked_by,
     chart_data,
@@ -70,10 +71,11 @@ def check_the_figures_over(browser, served: str, sent: dict, from_ms: int, to_ms
     hourly = chart_data(browser, "hourly-chart")
     assert hourly["datasets"][0]["data"] == [h["completed"] for h in stats["hourly"]]
     oee = chart_data(browser, "oee-chart")
-    assert oee["datasets"][0]["data"] == [float(pct(e["oee"])[:-2]) if e["oee"] is not None else None
+    assert oee["datasets"][0]["data"] == [float(pct(e["oee"])[:-1]) if e["oee"] is not None else None
                                           for e in stats["equipment"]]
     drawn = chart_data(browser, "timeline-chart")
-    bars = sorted((b["y"], d["label"], b["x"][0], b["x"][1]) for d in drawn["datasets"] for b in d["data"])
+    bars = sorted((b["y"], STATE_OF_LABEL[d["label"]], b["x"][0], b["x"][1])
+                  for d in drawn["datasets"] for b in d["data"])
     ms = lambda t: int(datetime.fromisoformat(t).timestamp() * 1000)  # noqa: E731
     assert bars == sorted((i["equipmentId"], i["state"], ms(i["from"]), ms(i["to"])) for i in timeline["items"])
     assert len(bars) >= 4

@@ -18,6 +18,7 @@ from tests.gateway.views.pages import (
     ARTIFACTS,
     FIGURES,
     PAGE_MARKS,
+    STATE_OF_LABEL,
     STATIC,
     asked_by,
     chart_data,
@@ -87,14 +88,16 @@ def check_the_production_panel(browser, stats: dict) -> None:
     # the chart (Math.round) and "66.0 %" in the table (toFixed on 66.0499…).
     ratios = [0.6605, 0.1235, 0.0005, 0.9995, 0.0015, 0.125, 0.05, 1, 0]
     assert browser.evaluate(f"{json.dumps(ratios)}.map(r => [percentValue(r), percent(r)])") == \
-        [[float(pct(r)[:-2]), pct(r)] for r in ratios]
+        [[float(pct(r)[:-1]), pct(r)] for r in ratios]
     assert browser.check(
         "(c => [...document.querySelectorAll('#machine-figures tbody tr')].every((r, i) =>"
-        " r.querySelector('.oee').textContent === c.data.datasets[0].data[i].toFixed(1) + ' %'"
-        " && r.querySelector('.availability').textContent === c.data.datasets[1].data[i].toFixed(1) + ' %'))"
+        " r.querySelector('.oee').textContent === c.data.datasets[0].data[i].toFixed(1) + '%'"
+        " && r.querySelector('.availability').textContent === c.data.datasets[1].data[i].toFixed(1) + '%'))"
         "(Chart.getChart(document.getElementById('oee-chart')))")
+    # Counts are grouped as the language groups them (1,270).
     cycles = browser.evaluate("[...document.querySelectorAll('#machine-figures tbody tr')]"
-                              ".map(r => [r.dataset.equipmentId, Number(r.querySelector('.cycles').textContent)])")
+                              ".map(r => [r.dataset.equipmentId,"
+                              " Number(r.querySelector('.cycles').textContent.replaceAll(',', ''))])")
     assert cycles == [[e["id"], e["cycles"]] for e in stats["equipment"]]
 
 
@@ -103,11 +106,11 @@ def check_the_timeline(browser, timeline: dict) -> None:
     one starts at the window's edge, which slid between the two requests."""
     drawn = chart_data(browser, "timeline-chart")
     assert drawn["labels"] == ["MC1", "MC2", "WASH1", "INSP1"]
-    assert [d["label"] for d in drawn["datasets"]] == ["PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT"]
+    assert [STATE_OF_LABEL[d["label"]] for d in drawn["datasets"]] == ["PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT"]
     bars, served_bars = {}, {}
     for d in drawn["datasets"]:
         for b in d["data"]:
-            bars.setdefault(b["y"], []).append((d["label"], b["x"][0] // 1000))
+            bars.setdefault(b["y"], []).append((STATE_OF_LABEL[d["label"]], b["x"][0] // 1000))
     for i in timeline["items"]:
         served_bars.setdefault(i["equipmentId"], []).append(
             (i["state"], int(datetime.fromisoformat(i["from"]).timestamp())))

@@ -1,0 +1,192 @@
+"""The runtime's lean path (``gateway.runtime_lean``) answers as the Flask views
+it stands in front of: the same status, code and message for every refusal,
+the same answers along a whole job, the same headers and metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.ai.conftest import ADMIN, OPERATOR, RUNTIME, Api
+
+JSON = {"Content-Type": "application/json"}
+POLL = "/internal/runtime/jobs/poll"
+LOCK = "/internal/runtime/jobs/{job}/lock"
+BEAT = "/internal/runtime/jobs/{job}/heartbeat"
+RESULT = "/internal/runtime/jobs/{job}/result"
+HASH = "0" * 64
+
+# (path, raw body, headers beside the runtime token's)
+REFUSALS = [
+    (POLL, b"", JSON), (POLL, b"{", JSON), (POLL, b"[]", JSON), (POLL, b'"x"', JSON), (POLL, b"{}", JSON),
+    (POLL, b'{"runtimeInstanceId": "r"}', JSON),
+    (POLL, b'{"runtimeInstanceId": "", "capabilities": ["quiz_generation"]}', JSON),
+    (POLL, b'{"runtimeInstanceId": 5, "capabilities": ["quiz_generation"]}', JSON),
+    (POLL, b'{"runtimeInstanceId": null, "capabilities": ["quiz_generation"]}', JSON),
+    (POLL, json.dumps({"runtimeInstanceId": "r" * 201, "capabilities": ["quiz_generation"]}).encode(), JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": []}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": "quiz_generation"}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["nope"]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": [1]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 0}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 51}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": "5"}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 2.5}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "claim": "true"}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "claim": 1}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "extra": 1}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "serves": []}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "serves": [{}]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"],'
+           b' "serves": [{"modelProvider": "x", "apiKeyModes": ["nope"]}]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"],'
+           b' "serves": [{"modelProvider": "x", "other": 1}]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 99999999999999999999}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r\\u0000", "capabilities": ["quiz_generation"]}', JSON),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]}', {"Content-Type": "text/plain"}),
+    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]}',
+     {"Content-Type": "application/json; charset=latin-1"}),
+    (LOCK.format(job="nope"), b'{"runtimeInstanceId": "r"}', JSON),
+    (LOCK.format(job="nope"), b'{}', JSON),
+    (LOCK.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
+    (LOCK.format(job="a%00b"), b'{"runtimeInstanceId": "r"}', JSON),
+    (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r"}', JSON),
+    (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 0}', JSON),
+    (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": true}', JSON),
+    (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "done"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
+                                b' "output": null, "outputHash": "' + HASH.encode() + b'"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
+                                b' "output": {}, "outputHash": "XYZ"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
+                                b' "output": {}}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
+                                b' "output": {}, "outputHash": "' + HASH.encode() + b'", "errorCode": "JOB_TIMEOUT"}',
+     JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
+                                b' "errorCode": "NOPE"}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
+                                b' "errorCode": "JOB_TIMEOUT", "output": {}}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
+                                b' "errorCode": "JOB_TIMEOUT", "errorMessage": null}', JSON),
+    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
+                                b' "errorCode": "JOB_TIMEOUT", "errorMessage": 5}', JSON),
+]
+
+
+def answer(response):
+    body = response.get_json(silent=True)
+    return response.status_code, body
+
+
+@pytest.fixture
+def lean(gateway):
+    return gateway.wsgi_app
+
+
+def both(client, lean, method_path, body, headers):
+    answers = []
+    for enabled in (True, False):
+        lean.enabled = enabled
+        answers.append(answer(client.post(method_path, data=body, headers={**RUNTIME, **headers})))
+    lean.enabled = True
+    return answers
+
+
+def test_every_refusal_is_the_flask_views_refusal(gateway, api, lean):
+    client = gateway.test_client()
+    differ = []
+    for path, body, headers in REFUSALS:
+        fast, flask = both(client, lean, path, body, headers)
+        if fast != flask:
+            differ.append((path, body[:80], fast, flask))
+    assert differ == []
+
+
+def test_who_may_call_is_the_same(gateway, api, lean):
+    client = gateway.test_client()
+    for auth in ({}, {"Authorization": "Bearer nope"}, OPERATOR, ADMIN):
+        answers = []
+        for enabled in (True, False):
+            lean.enabled = enabled
+            r = client.post(POLL, json={"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]},
+                            headers=auth)
+            answers.append((r.status_code, r.get_json(), r.headers.get("WWW-Authenticate")))
+        lean.enabled = True
+        assert answers[0] == answers[1], auth
+
+
+def test_a_whole_job_answers_the_same(gateway, api: Api, lean):
+    client = gateway.test_client()
+    runs = []
+    for enabled in (True, False):
+        lean.enabled = enabled
+        job = api.create()["id"]
+        polled = api.poll(rid=f"rt-{enabled}")
+        locked = api.lock(job, rid=f"rt-{enabled}")
+        again = api.lock(job, rid="other")
+        beat = api.heartbeat(job, rid=f"rt-{enabled}", attempt=1)
+        done = api.succeed(job, 1, rid=f"rt-{enabled}")
+        repeat = api.succeed(job, 1, rid=f"rt-{enabled}")
+        lost = api.heartbeat(job, rid=f"rt-{enabled}", attempt=1)
+        item = polled.get_json()["jobs"][0]
+        runs.append({
+            "poll": (polled.status_code, sorted(item), item["id"] == job),
+            "lock": (locked.status_code, sorted(locked.get_json()), locked.get_json()["attemptNo"]),
+            "again": (again.status_code, again.get_json()["error"]["code"]),
+            "beat": (beat.status_code, beat.get_data()),
+            "done": (done.status_code, sorted(done.get_json()), done.get_json()["duplicate"]),
+            "repeat": (repeat.status_code, repeat.get_json()["duplicate"]),
+            "lost": (lost.status_code, lost.get_json()["error"]["code"]),
+            "headers": sorted(k for k in polled.headers.keys() if k != "Content-Length"),
+        })
+    lean.enabled = True
+    assert runs[0] == runs[1]
+    assert runs[0]["beat"] == (204, b"")
+    del client
+
+
+def test_the_lean_path_counts_its_requests(gateway, api, lean):
+    metrics = gateway.extensions["linectl"].metrics
+    rule = "/internal/runtime/jobs/<job_id>/lock"
+    before = metrics.requests.labels("POST", rule, "404")._value.get()
+    api.lock("nope")
+    assert metrics.requests.labels("POST", rule, "404")._value.get() == before + 1
+
+
+def test_a_chunked_body_is_read_as_werkzeug_reads_it(gateway, api, lean):
+    """gunicorn hands a chunked body over without Content-Length, the stream
+    marked terminated; both paths read it to its end. Beyond 1 MiB the lean
+    path answers the contract's 413; Flask's cuts the stream at 1 MiB and so
+    finds the JSON cut short (400): a refusal either way."""
+    import io
+
+    def call(body: bytes):
+        env = {"REQUEST_METHOD": "POST", "PATH_INFO": POLL, "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1",
+               "HTTP_HOST": "127.0.0.1:8000", "HTTP_AUTHORIZATION": RUNTIME["Authorization"],
+               "HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_TYPE": "application/json",
+               "wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True, "wsgi.url_scheme": "http",
+               "wsgi.errors": io.StringIO(), "wsgi.multithread": True, "wsgi.multiprocess": False,
+               "wsgi.run_once": False, "wsgi.version": (1, 0), "REMOTE_ADDR": "127.0.0.1"}
+        status = []
+        raw = b"".join(gateway.wsgi_app(env, lambda s, h, *a: status.append(s)))
+        return status[0].split()[0], json.loads(raw)
+
+    api.create()
+    body = json.dumps({"runtimeInstanceId": "r", "capabilities": ["learning_state_analysis"]}).encode()
+    answers = []
+    for enabled in (True, False):
+        lean.enabled = enabled
+        status, page = call(body)
+        answers.append((status, len(page["jobs"])))
+        too_big = call(b'{"runtimeInstanceId": "' + b"x" * (1024 * 1024 + 10) + b'"}')
+        answers.append((too_big[0], too_big[1]["error"]["code"]))
+    lean.enabled = True
+    assert answers[:2] == [("200", 1), ("413", "PAYLOAD_TOO_LARGE")]
+    assert answers[2] == answers[0] and answers[3][0].startswith("4")
