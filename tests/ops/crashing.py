@@ -21,27 +21,58 @@ class Line:
     def __init__(self, url, amqp_uri):
         self.engine = create_engine(url, pool_size=1)
         self.amqp_uri = amqp_uri
+        self._proxy = self._rpc = None  # one RPC proxy for every look: a look is a round trip, not a set-up
+
+    def _known_by_hardware(self) -> dict[str, set[str]] | None:
+        """The correlation ids the hardware service holds (``open``) and has
+        answered (``answered``); None while it is restarting."""
+        try:
+            if self._proxy is None:
+                self._proxy = ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5)
+                self._rpc = self._proxy.start()
+            known = self._rpc.hardware.known_actions()
+            return {"open": set(known["open"]), "answered": set(known["answered"])}
+        except Exception:  # noqa: BLE001 - restarting: look again, on a fresh proxy
+            self._drop_proxy()
+            return None
 
     def _held_by_hardware(self) -> set[str] | None:
-        """The correlation ids the hardware service holds (None: it is restarting)."""
-        try:
-            with ClusterRpcProxy({"AMQP_URI": self.amqp_uri, "serializer": "json"}, timeout=5) as rpc:
-                return set(rpc.hardware.known_actions()["open"])
-        except Exception:  # noqa: BLE001 - restarting: look again
-            return None
+        known = self._known_by_hardware()
+        return None if known is None else known["open"]
+
+    def _drop_proxy(self) -> None:
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            try:
+                proxy.stop()
+            except Exception:  # noqa: BLE001 - a broken proxy: nothing to keep
+                pass
+
+    def close(self) -> None:
+        self._drop_proxy()
+        self.engine.dispose()
+
+    def _running(self, kinds) -> list[int]:
+        with self.engine.connect() as c:
+            return c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k) "
+                                  "ORDER BY id"), {"k": list(kinds)}).scalars().all()
 
     def held_task(self, kinds, every=False):
         """A task RUNNING in the DB that the hardware service has accepted and not
-        answered (``every``: and so are all other RUNNING tasks of ``kinds``)."""
-        with self.engine.connect() as c:
-            rows = c.execute(text("SELECT id FROM task WHERE status = 'RUNNING' AND kind = ANY(:k) "
-                                  "ORDER BY id"), {"k": list(kinds)}).scalars().all()
-        held = self._held_by_hardware() if rows else None
-        if held is None:
+        answered. ``every``: and the hardware knows every other RUNNING task of
+        ``kinds`` (holds it, or has answered it: its result is on its way), so a
+        line_controller that restarts now finds nothing to ask about.
+
+        The hardware is asked first and the DB read after: a task answered and
+        recorded in between is simply gone from both, where the other order
+        would miss every moment whose look straddles a hand-over."""
+        known = self._known_by_hardware()
+        if known is None:
             return None
-        if every and not all(str(task_id) in held for task_id in rows):
+        rows = self._running(kinds)
+        if every and not all(str(task_id) in known["open"] | known["answered"] for task_id in rows):
             return None
-        return next((task_id for task_id in rows if str(task_id) in held), None)
+        return next((task_id for task_id in rows if str(task_id) in known["open"]), None)
 
     def held_robot_tasks(self, kinds, at_least=2):
         """The RUNNING tasks of ``kinds`` when the hardware holds at least ``at_least``
@@ -114,7 +145,7 @@ def reported(stack, line):
         print(dump_line(stack.database_url()))
         raise
     finally:
-        line.engine.dispose()
+        line.close()
 
 
 def dump_line(url) -> str:
