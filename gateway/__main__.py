@@ -69,13 +69,13 @@ class GatewayServer(BaseApplication):
         self.options = options
         self.metrics_dir = metrics_dir
         self.apps = []
+        self.hangups = 0  # SIGHUPs this worker has had: one during load() is applied after it
         super().__init__()
 
     def load_config(self):
         for key, value in self.options.items():
             self.cfg.set(key, value)
         self.cfg.set("worker_exit", self._worker_exit)
-        self.cfg.set("post_worker_init", self._post_worker_init)
         self.cfg.set("when_ready", self._when_ready)
         self.cfg.set("child_exit", self._child_exit)
 
@@ -87,10 +87,20 @@ class GatewayServer(BaseApplication):
         metrics.worker_exited(worker.pid, self.metrics_dir)
 
     def load(self):
+        hangups = self.hangups
         app = create_app(self.settings)
         gateway_context(app).start_background()
         self.apps.append(app)
+        if self.hangups != hangups:  # the file may have changed after create_app read it
+            gateway_context(app).tokens.request_refresh()
         return app
+
+    def reread_tokens(self) -> None:
+        """SIGHUP in a worker (``EnvelopeWorker`` routes it here from its signal
+        set-up on, before the app loads): every app re-reads the tokens file."""
+        self.hangups += 1
+        for app in self.apps:
+            gateway_context(app).tokens.request_refresh()
 
     def run(self):
         try:
@@ -98,14 +108,6 @@ class GatewayServer(BaseApplication):
         except RuntimeError as exc:  # as BaseApplication.run: gunicorn's start-up errors
             print(f"\nError: {exc}\n", file=sys.stderr)
             sys.exit(1)
-
-    def _post_worker_init(self, _worker):
-        # After gunicorn's own signal set-up, which leaves SIGHUP at its default (exit).
-        def reread_tokens(_signum, _frame):
-            for app in self.apps:
-                gateway_context(app).tokens.request_refresh()
-
-        signal.signal(signal.SIGHUP, reread_tokens)
 
     def _worker_exit(self, _server, _worker):
         for app in self.apps:

@@ -1,4 +1,11 @@
-"""The gateway's gunicorn worker: gthread, but what gunicorn refuses itself
+"""The gateway's gunicorn worker: gthread, with two changes.
+
+SIGHUP re-reads the tokens file (``GatewayServer.reread_tokens``) from the
+worker's signal set-up on. gunicorn's own set-up leaves SIGHUP at its default,
+which ends the process, and a worker still loading its app (seconds on a busy
+machine) would die of the operator's SIGHUP if the handler came any later.
+
+And what gunicorn refuses itself
 (before any app code runs) is answered in the JSON error envelope instead of
 gunicorn's HTML page.
 
@@ -16,6 +23,7 @@ a body). Faults on the server's side keep gunicorn's own handling.
 from __future__ import annotations
 
 import json
+import signal
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
@@ -31,6 +39,12 @@ def refusal_response(status: int, reason: str, code: str, message: str) -> bytes
 
 
 class EnvelopeWorker(ThreadWorker):
+    def init_signals(self):
+        super().init_signals()
+        reread = getattr(self.app, "reread_tokens", None)  # the gateway's GatewayServer
+        if reread is not None:
+            signal.signal(signal.SIGHUP, lambda _signum, _frame: reread())
+
     def handle_error(self, req, client, addr, exc):
         refused = request_refusal(exc)
         if refused is None:

@@ -79,7 +79,7 @@ class ServedGateway:
     """A ``python -m gateway`` process on a free port (one worker unless told)."""
 
     def __init__(self, env: dict, tmp_path, threads: int = 300, workers: int = 1,
-                 open_files: int | None = None):
+                 open_files: int | None = None, wait: bool = True):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"gateway-{self.port}.log"
@@ -94,7 +94,25 @@ class ServedGateway:
                     *argv]
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
+        self.workers = workers
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Serving /healthz, with every worker forked and past its app's load (its
+        background threads running): one worker answering is not all of them up."""
         wait_for(self._up, timeout=30, message="the gateway to serve /healthz")
+        wait_for(lambda: len(pids := self.worker_pids()) == self.workers and all(map(self._loaded, pids)),
+                 timeout=30, message=f"{self.workers} gateway workers loaded")
+
+    @staticmethod
+    def _loaded(pid: int) -> bool:
+        # A worker is one thread until load() starts its background (the AI expiry sweeper first).
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        return int(status.split("Threads:")[1].split()[0]) >= 2
 
     def _up(self) -> bool:
         if self.proc.poll() is not None:
@@ -117,8 +135,9 @@ class ServedGateway:
 @pytest.fixture
 def gateway_server(gateway_env, standin, tmp_path):
     """``gateway_server(threads=, **env)`` starts a served gateway with extra settings."""
-    def serve(threads: int = 300, workers: int = 1, open_files: int | None = None, **env) -> ServedGateway:
-        return ServedGateway({**gateway_env, **env}, tmp_path, threads, workers, open_files)
+    def serve(threads: int = 300, workers: int = 1, open_files: int | None = None, wait: bool = True,
+              **env) -> ServedGateway:
+        return ServedGateway({**gateway_env, **env}, tmp_path, threads, workers, open_files, wait)
 
     start = Started(serve, ServedGateway.stop)
     yield start

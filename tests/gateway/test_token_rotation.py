@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import struct
+import time
 
 import pytest
 import requests
@@ -148,3 +149,26 @@ def test_a_malformed_or_missing_file_keeps_the_last_good_tokens(served, tokens_f
     wait_for_every_worker(served, 0, "the fixed file")
     assert statuses(served.base, NEW) == {200}
     assert statuses(served.base, OLD) == {401}
+
+
+def test_a_worker_still_loading_its_app_survives_a_sighup(gateway_server, tokens_file):
+    """A SIGHUP that reaches a worker before its app has loaded (an operator
+    rotating tokens while a worker restarts) must not end it: gunicorn leaves
+    SIGHUP at its default, exit, until the gateway's handler is in place."""
+    served = gateway_server(workers=1, wait=False, LINECTL_TOKENS="", LINECTL_TOKENS_FILE=str(tokens_file))
+    write_tokens(tokens_file, f"operator:new:{NEW}", f"admin:{ADMIN}")
+    worker = wait_for(lambda: (pids := served.worker_pids()) and pids[0], timeout=30, interval=0.002,
+                      message="the worker forked")
+    hangups = 0
+    while not served._loaded(worker):  # every few milliseconds while it loads
+        try:
+            os.kill(worker, signal.SIGHUP)
+        except ProcessLookupError:
+            pytest.fail(f"the worker died of a SIGHUP while it loaded (after {hangups})")
+        hangups += 1
+        time.sleep(0.005)  # the pace of the signals, not a wait for anything
+    served.wait_ready()
+    assert hangups > 0
+    assert served.worker_pids() == [worker]  # the same worker, not a successor
+    assert status(served.base, NEW) == 200
+    assert status(served.base, OLD) == 401
