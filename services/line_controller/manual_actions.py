@@ -90,11 +90,13 @@ def _machine_needed(db: DBState, action, resolution: str) -> None:
 
 
 def _retry_or_scrap_start(db: DBState, action, resolution: str):
-    """The machine IDLE again; its suspended jobs back to what they were (RETRY) or scrapped."""
+    """Its suspended jobs back to what they were (RETRY) or scrapped; the machine
+    IDLE again, unless the PLC still reports a fault (SCRAP needs no machine):
+    then it stays FAULT, and the PLC's clear edge makes it IDLE."""
     if resolution == "RETRY":
         _machine_needed(db, action, resolution)
     equipment = db.equipment(action.equipment_id)
-    if equipment.status == "FAULT":
+    if equipment.status == "FAULT" and not plc_reports_fault(db, equipment.id):
         db.set_equipment_status(equipment.id, "IDLE")
     for job_id in (action.context or {}).get("jobIds", []):
         job = db.job(job_id)

@@ -139,6 +139,19 @@ def test_retry_of_a_failed_start_is_refused_while_the_plc_reports_the_fault(harn
     assert (_status(harness, "MC1"), harness.job(job).status) == ("IDLE", "QUEUED")
 
 
+def test_scrap_of_a_failed_start_keeps_the_machine_faulted_while_the_plc_reports_it(harness):
+    _, (job,) = harness.started_order(quantity=1)
+    harness.on_equipment(job, "MC1", 1, buffer_slot=1, start=False)
+    harness.fail(harness.act(StartMachine("MC1")), code="PLC_ERROR", type_="MachineStartFailed")
+    _fault(harness, "MC1")
+    (question,) = harness.manual_actions("EQUIPMENT_FAULT")
+    assert _answer(harness, question, "SCRAP").status == "HANDLED"  # needs no machine: taken at once
+    assert harness.job(job).status == "SCRAPPED"
+    assert _status(harness, "MC1") == "FAULT"  # nothing may be loaded onto it yet
+    _clear(harness, "MC1")
+    assert _status(harness, "MC1") == "IDLE"
+
+
 def test_a_fault_after_the_plc_took_the_start_stops_that_cycle_too(harness):
     _, (job,) = harness.started_order(quantity=1)
     harness.on_equipment(job, "MC1", 1, buffer_slot=1, start=False)
