@@ -142,10 +142,13 @@ def main() -> int:
             stack.cleanup()
 
 
-def start_order(stack: Stack, token: str, quantity: int) -> int:
+PRODUCTS = ("SHAFT-B", "BRACKET-A")  # in turn: BRACKET-A's route has the washer's batches
+
+
+def start_order(stack: Stack, token: str, quantity: int, product: str = "SHAFT-B") -> int:
     deadline = time.monotonic() + 120
     while True:  # a kill just before may not have shown in /readyz yet: 503 until it is back
-        code, order = stack.request("POST", "/api/work-orders", {"productId": "SHAFT-B", "quantity": quantity},
+        code, order = stack.request("POST", "/api/work-orders", {"productId": product, "quantity": quantity},
                                     token, timeout=30)
         if code != 503 or time.monotonic() > deadline:
             break
@@ -168,6 +171,26 @@ def kill_schedule(args, rng: random.Random) -> list[str]:
     schedule += [ESTOP if rng.random() < 0.3 else f"fault {rng.choice(MACHINES)}" for _ in range(args.faults)]
     rng.shuffle(schedule)
     return schedule
+
+
+def wait_mid_cycle(db_url: str, victim: str, seconds: float = 30.0) -> bool:
+    """Wait (up to ``seconds``) until the fault would stop a cycle: its machine
+    RUNNING (an e-stop: any machine). Whether it came."""
+    from sqlalchemy import create_engine, text
+
+    machine = None if victim == ESTOP else victim.split()[1]
+    engine = create_engine(db_url, pool_size=1)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as c:
+                running = set(c.execute(text("SELECT id FROM equipment WHERE status = 'RUNNING'")).scalars())
+            if running if machine is None else machine in running:
+                return True
+            time.sleep(0.1)  # the pace of the look at the DB
+        return False
+    finally:
+        engine.dispose()
 
 
 def inject_fault(stack: Stack, victim: str, rng: random.Random) -> None:
@@ -275,24 +298,35 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     clean_questions = 0
     faults: dict[str, int] = {}
     answers: dict[tuple[str, str], int] = {}
-    faults_during_order = fault_answers = 0
+    faults_during_order = faults_mid_cycle = fault_answers = 0
     for n, victim in enumerate(schedule, 1):
         # Every kill lands while an order runs: a new one starts when the last has finished.
         if args.quantity and (not orders or order_status(stack, token, orders[-1]) == "COMPLETED"):
-            orders.append(start_order(stack, token, args.quantity))
+            orders.append(start_order(stack, token, args.quantity, PRODUCTS[len(orders) % len(PRODUCTS)]))
         time.sleep(rng.uniform(0.5, 4.0))  # a random moment of the running order
-        running = bool(orders) and order_status(stack, token, orders[-1]) == "RUNNING"
         if victim == ESTOP or victim.startswith("fault"):
+            # A floor fault matters mid-cycle: wait for its machine to run (not for ever).
+            mid_cycle = wait_mid_cycle(db_url, victim)
             inject_fault(stack, victim, rng)
             faults[victim] = faults.get(victim, 0) + 1
+            faults_mid_cycle += mid_cycle
+            running = order_status(stack, token, orders[-1]) == "RUNNING" if orders else False
             faults_during_order += running
             fault_answers += resolve_open_faults(stack, token, rng, answers)
-            print(f"fault {n:2}: {victim:<16} injected and cleared{'' if running else '  (between orders)'}",
-                  flush=True)
+            print(f"fault {n:2}: {victim:<16} injected and cleared"
+                  f"{' mid-cycle' if mid_cycle else ''}{'' if running else '  (between orders)'}", flush=True)
             continue
+        running = bool(orders) and order_status(stack, token, orders[-1]) == "RUNNING"
         asked_before = sum(_asked(db_url).values()) if victim == CLEAN else 0
         seq_before = _last_seq(db_url) if victim == CLEAN else 0
-        if not stop_victim(stack, victim):
+        stopped = stop_victim(stack, victim)
+        for _ in range(3):  # not running (still restarting from the last kill): again once it is up
+            if stopped:
+                break
+            stack.wait_ready(120)
+            stopped = stop_victim(stack, victim)
+        if not stopped:
+            print(f"kill {n:2}: {victim} was never running to be stopped", flush=True)
             continue
         kills[victim] += 1
         during_order += running
@@ -321,11 +355,15 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     cell = stack_cell(amqp)
     if cell:
         broken.append(cell)
+    stops, asked_for = sum(kills.values()) - kills[CLEAN], args.kills
+    if stops < asked_for or kills[CLEAN] < args.clean_restarts or sum(faults.values()) < args.faults:
+        broken.append(f"fewer than asked: {stops} of {asked_for} kills, {kills[CLEAN]} of {args.clean_restarts}"
+                      f" clean restarts, {sum(faults.values())} of {args.faults} faults")
     report(stack, token, kills, during_order, answered, asked, orders, broken)
     for text_, k in _question_texts(db_url)[:8]:  # what was asked most: the first thing to read on failure
         print(f"  {k:>5} × {text_}")
     print(f"{'faults':<28}{sum(faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}); "
-          f"{faults_during_order} while an order ran")
+          f"{faults_during_order} while an order ran, {faults_mid_cycle} mid-cycle")
     print(f"{'fault answers':<28}{fault_answers}")
     for (kind, choice), k in sorted(answers.items()):
         print(f"{'  ' + kind + ' ' + choice:<48}{k}")
