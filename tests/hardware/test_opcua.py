@@ -5,6 +5,7 @@ threads under load, and the layout's NodeIds (deploy/OPCUA_MAP.md)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import eventlet
@@ -291,3 +292,55 @@ def test_the_simulator_serves_the_documented_tree(layout, sim):
             "Start", "Abort"} <= names
     assert (state, program) == ("NotExecuting", "Initializing")
     assert verdict == ua.VariantType.Int32
+
+
+class SlowToOpenProxy:
+    """TCP in front of the simulator that holds each connection's first ``held``
+    client messages for ``delay`` seconds: a server slow to open a session (a
+    secured handshake on a busy host), prompt once it is open."""
+
+    def __init__(self, target_port: int, delay: float, held: int):
+        self.delay, self.held, self.target = delay, held, target_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.pool = eventlet.GreenPool()
+        self.pool.spawn_n(self._accept)
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.pool.spawn_n(self._pipe, client, upstream, self.held)
+            self.pool.spawn_n(self._pipe, upstream, client, 0)
+
+    def _pipe(self, src, dst, held):
+        try:
+            while data := src.recv(65536):
+                if held:
+                    held -= 1
+                    eventlet.sleep(self.delay)  # the slow server: what the test is about
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                s.close()
+
+    def close(self):
+        self.server.close()
+
+
+def test_a_first_session_slower_to_open_than_one_request_timeout_is_waited_for(sim, layout):
+    proxy = SlowToOpenProxy(int(sim.address.rsplit(":", 1)[1]), delay=1.2, held=2)
+    port = OpcUaPort(f"opc.tcp://127.0.0.1:{proxy.port}", layout, timeout=2.0)
+    try:
+        t0 = time.monotonic()
+        state = port.read_state()  # the service's first look at the PLC, as it starts
+        assert time.monotonic() - t0 > 2.0  # the premise: longer than one request timeout
+        assert len(state["buffer"]) == layout.buffer_slots
+    finally:
+        port.close()
+        proxy.close()

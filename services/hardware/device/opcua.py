@@ -59,6 +59,8 @@ PUBLISHING_INTERVAL_MS = 10   # the subscription's publishing interval
 QUEUE_SIZE = 16               # values the server keeps per item between publishes: no edge is lost
 # Seconds between reconnect attempts (an action waiting for the link asks for one at once).
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
+# Opening a session (hello, secure channel, session, activation) may take this many request timeouts.
+CONNECT_TIMEOUTS = 2
 MAX_PENDING_PICTURES = 10000  # pictures kept for the watcher (a watcher that stopped draining loses the oldest)
 CLIENT_APP_URI = "urn:linectl:hardware"
 
@@ -365,7 +367,7 @@ class OpcUaPort(DevicePort):
                 server_certificate=server_cert, mode=ua.MessageSecurityMode.SignAndEncrypt)
             client.set_user(c["user"])
             client.set_password(c["password"])
-        await asyncio.wait_for(client.connect(), self.timeout * 2)
+        await asyncio.wait_for(client.connect(), self.timeout * CONNECT_TIMEOUTS)
         try:
             namespaces = await client.get_namespace_array()
             self._namespaces = namespaces
@@ -485,9 +487,12 @@ class OpcUaPort(DevicePort):
 
     def _require_session(self):
         """The values now, or a link failure when no session is up. Before the very
-        first session, waits up to ``timeout`` for it (the service is starting)."""
+        first session, waits for it as long as opening one may take (the service is
+        starting): the connect's bound, two request timeouts, and one more for the
+        reads that follow. A secured session's handshake on a busy host takes longer
+        than one request timeout without anything being wrong."""
         if not self._ever_connected and not self._startup_waited:
-            with eventlet.Timeout(self.timeout, False):
+            with eventlet.Timeout(self.timeout * (CONNECT_TIMEOUTS + 1), False):
                 self._first_session.wait()
             self._startup_waited = True  # once: later calls fail at once while the PLC is away
         with self._lock:
