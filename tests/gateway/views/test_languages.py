@@ -366,8 +366,10 @@ def test_a_zh_cn_operator_answers_from_the_page(served, writable, browser, recor
         == ["en", "", "en"]
     ask_for(browser, "zh-CN")  # the browser asks for Chinese now: the choice made on the page wins
     browser.evaluate("window.__before = true; location.reload()")
-    wait_for(lambda: browser.check("!window.__before && document.body.dataset.loaded === 'true'"), timeout=30,
-             message="the page reloaded")
+    # Loaded, and live again: the stream reconnects after the load, and says "offline" until it has.
+    wait_for(lambda: browser.check("!window.__before && document.body.dataset.loaded === 'true'"
+                                   " && document.getElementById('conn').dataset.state === 'on'"), timeout=30,
+             message="the page reloaded and live")
     assert browser.evaluate("document.documentElement.lang") == "en"
     assert browser.evaluate("document.getElementById('conn').textContent") == catalog("en")["conn.on"]
     assert page_errors(browser) == []
