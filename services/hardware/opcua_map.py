@@ -97,6 +97,7 @@ SIM_CONTROL_METHODS = (
     ("EmergencyStop", ()),
     ("RestartPlc", (("Milliseconds", UINT32),)),
     ("Clear", ()),
+    ("TakeFromBuffer", (("Slot", UINT16),)),
 )
 
 

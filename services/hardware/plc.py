@@ -81,6 +81,7 @@ C_SCRAP_PERMILLE = 6     # inspection fail rate, per mille
 C_RESPONSE_DELAY_MS = 7  # answer every request this late (provokes Modbus timeouts)
 C_ESTOP = 8              # 1: emergency stop now (every machine and the robot fault 8) until CLEAR
 C_RESTART_MS = 9         # the PLC restarts: down this many ms, back with its registers reset
+C_TAKE_FROM_BUFFER = 10  # buffer slot N: a person takes its piece out by hand (the sensor goes false)
 # offsets 10..15 reserved (0)
 
 PLC_ERRORS = {

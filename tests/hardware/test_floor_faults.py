@@ -132,6 +132,22 @@ def test_an_emergency_stop_ends_a_hung_robot_action_too(host, paused_sim, inject
     assert host.robot() == {"fault": 8, "ack": hung, "state": P.ROBOT_ERROR, "done": hung, "error": 8}
 
 
+def test_a_piece_taken_off_the_buffer_by_hand_leaves_its_slot_free(host, clock, inject):
+    """What a REMOVE_FINISHED_PIECE action asks a person to do, injected: the
+    piece an e-stop left on the buffer is taken out, and the slot takes the next."""
+    action = host.dock_to_buffer(1)
+    clock.advance(6.1)
+    host.ok(action)
+    assert host.buffer()[0] == 1
+    inject.take_from_buffer(1)
+    inject.take_from_buffer(2)  # an empty slot: nothing to take, nothing changes
+    assert host.buffer()[:2] == [0, 0]
+    action = host.dock_to_buffer(1)
+    clock.advance(6.1)
+    host.ok(action)
+    assert host.buffer()[0] == 1
+
+
 def test_a_plc_restart_refuses_connections_then_comes_back_reset_with_the_pieces_in_place(host, clock, inject):
     load(host, clock, 1, "MC1", 1, job=41)
     assert host.start("MC1", {1: 41})["error"] == 0

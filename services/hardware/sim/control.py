@@ -60,6 +60,10 @@ class SimControl:
         """Clear every injected fault (the emergency stop too); hung cycles finish now."""
         self._set(P.C_CLEAR, 1)
 
+    def take_from_buffer(self, slot_no: int) -> None:
+        """A person takes the piece on buffer slot ``slot_no`` out by hand."""
+        self._set(P.C_TAKE_FROM_BUFFER, slot_no)
+
     def close(self) -> None:
         self.link.close()
 
@@ -108,6 +112,9 @@ class OpcUaSimControl:
 
     def clear(self) -> None:
         self._call("Clear")
+
+    def take_from_buffer(self, slot_no: int) -> None:
+        self._call("TakeFromBuffer", (slot_no, "UInt16"))
 
     def close(self) -> None:
         self.port.close()

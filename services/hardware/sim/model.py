@@ -471,6 +471,12 @@ class LineModel:
             self.emergency_stop()
         if m[c + P.C_RESTART_MS]:
             self.restart_request_ms, m[c + P.C_RESTART_MS] = m[c + P.C_RESTART_MS], 0
+        if m[c + P.C_TAKE_FROM_BUFFER]:
+            b = self._buffer(m[c + P.C_TAKE_FROM_BUFFER])
+            m[c + P.C_TAKE_FROM_BUFFER] = 0
+            if b is not None and m[b]:
+                m[b] = 0
+                log.info("sim: the piece on a buffer slot taken out by hand (injected)")
         self.response_delay_ms = m[c + P.C_RESPONSE_DELAY_MS]
         if m[c + P.C_CLEAR]:
             m[c + P.C_CLEAR] = 0

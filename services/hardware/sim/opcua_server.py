@@ -280,6 +280,9 @@ class OpcUaLineSimulator:
     def _control_Clear(self, _d):
         return self._control(P.C_CLEAR, 1)
 
+    def _control_TakeFromBuffer(self, _d, slot):
+        return self._control(P.C_TAKE_FROM_BUFFER, slot)
+
     # -- connections -----------------------------------------------------------
 
     async def _close_connections(self) -> None:
