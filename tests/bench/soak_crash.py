@@ -236,14 +236,18 @@ def inject_fault(stack: Stack, victim: str, rng: random.Random) -> None:
         control.close()
 
 
+def _process_of(victim: str) -> str:
+    """The stack's process a (non-PostgreSQL) victim names."""
+    return "hardware" if victim == CLEAN else victim
+
+
 def stop_victim(stack: Stack, victim: str) -> int | None:
     """kill -9 (postgres: a restart; CLEAN: SIGTERM to hardware, waited for). The
     stopped process's pid (0 for PostgreSQL); None if it is not running."""
     if victim == "postgres":
         restart_postgres(stack)
         return 0
-    name = "hardware" if victim == CLEAN else victim
-    pid = stack.process(name)
+    pid = stack.process(_process_of(victim))
     if pid is None:
         return None
     if victim == CLEAN:
@@ -259,14 +263,15 @@ def wait_restarted(stack: Stack, db_url: str, victim: str, pid: int, seq_before:
     """Until the stopped process's successor runs, the stack is ready, and (for a
     service) the loop has checked the line against it: what the stop caused is
     asked before anything else happens, and is not laid at the next stop's door."""
-    if victim != "postgres":
-        from tests.support.waiting import wait_for
+    if victim == "postgres":
+        stack.wait_ready(120)
+        return
+    from tests.support.waiting import wait_for
 
-        name = "hardware" if victim == CLEAN else victim
-        wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
+    name = _process_of(victim)
+    wait_for(lambda: stack.process(name) not in (None, pid), 60, 0.05, f"{name} restarted")
     stack.wait_ready(120)
-    if victim != "postgres":
-        _wait_recovery_checked(db_url, seq_before)
+    _wait_recovery_checked(db_url, seq_before)
 
 
 def finish_orders(stack: Stack, token: str, amqp: str, orders: list[int], seconds: float,
