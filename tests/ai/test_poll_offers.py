@@ -124,6 +124,34 @@ def test_concurrent_pollers_get_different_first_jobs(db_url, engine, sm):
     assert offered == {job: rid for rid, job in firsts.items()}
 
 
+def test_more_concurrent_polls_than_a_page_still_get_offers_of_their_own(engine, sm):
+    """Three polls are offering the first three jobs right now (their rows are
+    locked by their statements). A fourth poll with a page of three is offered
+    the fourth job and its page starts there: the offer is looked for past
+    the page, not only among it."""
+    queue = order(engine)
+    with engine.connect() as offering:
+        offering.execute(text("SELECT id FROM ai_runtime_job WHERE id = ANY(:ids) FOR UPDATE"),
+                         {"ids": queue[:3]})
+        page = poll(sm, "rt-d", limit=3)
+        offering.rollback()
+    assert [j["id"] for j in page] == queue[3:6]
+    with engine.connect() as c:
+        offered = c.execute(text("SELECT id, offered_to FROM ai_runtime_job WHERE offered_to IS NOT NULL")).all()
+    assert [tuple(r) for r in offered] == [(queue[3], "rt-d")]
+
+
+def test_with_every_pending_job_being_offered_the_page_is_the_front(engine, sm):
+    queue = order(engine)
+    with engine.connect() as offering:
+        offering.execute(text("SELECT id FROM ai_runtime_job FOR UPDATE"))
+        page = poll(sm, "rt-e", limit=5)
+        offering.rollback()
+    assert [j["id"] for j in page] == queue[:5], "no offer: the seed's page, nobody's job hidden"
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE offered_to IS NOT NULL")).scalar() == 0
+
+
 def test_a_lost_lock_costs_one_statement(engine, sm):
     queue = order(engine)
     lock(sm, queue[0], "rt-a")

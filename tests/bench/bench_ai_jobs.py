@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import socket
 import subprocess
 import sys
@@ -63,6 +64,9 @@ DEFAULT_RUNS = ((1, 150), (10, 600), (50, 1000), (200, 2000))  # (runtimes, jobs
 RANDOM_PICK_AT = 50  # runtimes: where seed/random runs too
 POLL_ROWS = 100_000
 JOB_TYPE = "learning_state_analysis"
+# After an empty poll a runtime waits pollIntervalMs (seed 000, section 10) before
+# polling again: the reference runtime's --poll-interval default.
+IDLE_POLL_INTERVAL = 2.0
 
 
 def pct(values, p):
@@ -136,19 +140,38 @@ class LeanClient:
             "output": output, "outputHash": output_hash(output)})
 
 
-def runtime_loop(url, rid, claim, page_size, lock_times, done, go, requests, at_random):
+class Finish:
+    """Shared by the client processes: the cycles done, and the moment the last
+    job finished. The runtimes stop there, so the run ends at its last cycle:
+    a fleet's closing empty polls (3 each, 600 at 200 runtimes) are not work."""
+
+    def __init__(self, ctx, jobs_total):
+        self.jobs_total = jobs_total
+        self.count = ctx.Value("i", 0)
+        self.at = ctx.Value("d", 0.0)
+        self.all_done = ctx.Event()
+
+    def one_done(self):
+        with self.count.get_lock():
+            self.count.value += 1
+            if self.count.value == self.jobs_total:
+                self.at.value = time.time()
+                self.all_done.set()
+
+
+def runtime_loop(url, rid, claim, page_size, lock_times, done, go, requests, at_random, lost, finish):
     offline = OfflineProvider()
     client = LeanClient(url, RUNTIME_TOKEN, rid)
     try:
-        _cycles(client, offline, claim, page_size, lock_times, done, go, at_random)
+        _cycles(client, offline, claim, page_size, lock_times, done, go, at_random, lost, finish)
     finally:
         requests.append(client.requests)
 
 
-def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random):
+def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random, lost, finish):
     go.wait()
     idle = 0
-    while idle < 3:
+    while idle < 3 and not finish.all_done.is_set():
         if claim:
             t0 = time.perf_counter()
             page = client.poll([JOB_TYPE], limit=1, claim=True)
@@ -160,7 +183,7 @@ def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random):
                 random.shuffle(page)
         if not page:
             idle += 1
-            time.sleep(0.02)
+            finish.all_done.wait(IDLE_POLL_INTERVAL)
             continue
         idle = 0
         for job in page:
@@ -170,6 +193,7 @@ def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random):
                     lease = client.lock(job["id"])
                 except ProtocolError as exc:
                     if exc.code == "JOB_ALREADY_LOCKED":
+                        lost.append(1)
                         continue
                     raise
                 lock_times.append(time.perf_counter() - t0)
@@ -177,14 +201,16 @@ def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random):
             client.heartbeat(job["id"], job["attemptNo"])
             client.succeed(job["id"], job["attemptNo"], offline.complete(job, None, None))
             done.append(1)
+            finish.one_done()
             break
 
 
-def client_process(url, ids, claim, page_size, start_at, out_q, at_random):
-    lock_times, done, requests = [], [], []
+def client_process(url, ids, claim, page_size, start_at, out_q, at_random, finish):
+    lock_times, done, requests, lost = [], [], [], []
     go = threading.Event()
     threads = [threading.Thread(target=runtime_loop, args=(url, f"bench-{i}", claim, page_size,
-                                                          lock_times, done, go, requests, at_random))
+                                                          lock_times, done, go, requests, at_random, lost,
+                                                          finish))
                for i in ids]
     for t in threads:
         t.start()
@@ -192,7 +218,8 @@ def client_process(url, ids, claim, page_size, start_at, out_q, at_random):
     go.set()
     for t in threads:
         t.join()
-    out_q.put((len(done), lock_times, time.time(), sum(requests)))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out_q.put((len(done), lock_times, time.time(), sum(requests), len(lost), usage.ru_utime + usage.ru_stime))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -204,6 +231,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core spent on anything but idle and iowait, from /proc/stat."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def gateway_cpu(master_pid: int) -> float:
     """CPU seconds of the gateway's worker processes (the master only supervises)."""
     try:
@@ -213,7 +247,7 @@ def gateway_cpu(master_pid: int) -> float:
     return sum(_cpu_seconds(int(pid)) for pid in children)
 
 
-def full_cycles(url, runtimes, claim, clients, master_pid, at_random=False):
+def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random=False):
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     start_at = time.time() + 1.0 + runtimes / 200
@@ -221,23 +255,28 @@ def full_cycles(url, runtimes, claim, clients, master_pid, at_random=False):
     # for a lost lock or two, tried in order. The random picker takes the wide
     # page a runtime without that advice would.
     page_size = min(50, max(runtimes * 2, 5)) if at_random else 3
+    finish = Finish(ctx, jobs_total)
     procs = [ctx.Process(target=client_process,
                          args=(url, list(range(runtimes))[k::clients], claim, page_size, start_at, out_q,
-                               at_random))
+                               at_random, finish))
              for k in range(min(clients, runtimes))]
-    cpu_before = gateway_cpu(master_pid)
+    cpu_before, busy_before = gateway_cpu(master_pid), machine_busy_seconds()
     for p in procs:
         p.start()
+    finish.all_done.wait(timeout=600)
+    cpu, busy = gateway_cpu(master_pid) - cpu_before, machine_busy_seconds() - busy_before
     results = [out_q.get(timeout=600) for _ in procs]
-    cpu = gateway_cpu(master_pid) - cpu_before
     for p in procs:
         p.join()
     requests = sum(r[3] for r in results)
     done = sum(r[0] for r in results)
     lock_times = [t for r in results for t in r[1]]
-    # The idle tail (3 empty polls) is not work: end at the last finished cycle.
-    elapsed = max(r[2] for r in results) - start_at - 0.06
-    return done, done / elapsed, lock_times, cpu / max(requests, 1)
+    elapsed = finish.at.value - start_at
+    client_cpu = sum(r[5] for r in results)
+    per_cycle = {"requests": requests / max(done, 1), "lost locks": sum(r[4] for r in results) / max(done, 1),
+                 "gateway ms": cpu / max(done, 1) * 1000, "clients ms": client_cpu / max(done, 1) * 1000,
+                 "rest ms": (busy - cpu - client_cpu) / max(done, 1) * 1000}
+    return done, done / elapsed, lock_times, cpu / max(requests, 1), per_cycle
 
 
 # -- the reference ---------------------------------------------------------------------
@@ -334,7 +373,7 @@ def main() -> int:
               f" runtimes: threads in {clients} client processes; {os.cpu_count()} cores")
         print(f"{'protocol':>11} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
               f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8} | {'gw CPU/req':>10}")
-        rates = {}
+        rates, cycles = {}, {}
         for runtimes, jobs_total in parse_runs():
             raw_rate, raw_times = raw_locks(db_url, engine, runtimes, jobs_total)
             protocols = [("seed", False, False), ("claim", True, False)]
@@ -342,8 +381,8 @@ def main() -> int:
                 protocols.insert(1, ("seed/random", False, True))
             for name, claim, at_random in protocols:
                 seed(engine, jobs_total)
-                done, rate, lock_times, cpu_per_request = full_cycles(url, runtimes, claim, clients, gateway.pid,
-                                                                      at_random)
+                done, rate, lock_times, cpu_per_request, per_cycle = full_cycles(
+                    url, runtimes, jobs_total, claim, clients, gateway.pid, at_random)
                 assert done == jobs_total, (done, jobs_total)
                 with engine.connect() as c:
                     succeeded = c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE status = 'succeeded'"
@@ -354,9 +393,14 @@ def main() -> int:
                       f" {pct(lock_times, 50):>7.1f}ms {pct(lock_times, 99):>7.1f}ms |"
                       f" {raw_rate:>10.0f} {pct(raw_times, 50):>6.2f}ms {pct(raw_times, 99):>6.2f}ms |"
                       f" {rate / raw_rate:>8.3f} | {cpu_per_request * 1000:>7.2f} ms", flush=True)
+                cycles[(name, runtimes)] = per_cycle
         print("(seed: poll+lock+heartbeat+result per job, the page tried in order; seed/random: the same, picking"
               " at random; claim: poll(claim)+heartbeat+result; every job succeeded exactly once, at attempt 1;"
               " gw CPU/req: the gateway workers' CPU over the requests sent, lost locks and empty polls included)")
+        print("per cycle: requests and lost locks; CPU of the gateway workers, of the client processes, and of"
+              " the rest of the machine (PostgreSQL, mostly)")
+        for (name, runtimes), c in cycles.items():
+            print(f"{name:>11} {runtimes:>8} | " + "  ".join(f"{k} {v:.2f}" for k, v in c.items()))
 
         if os.environ.get("BENCH_AI_TAIL", "1") == "0":
             return 0

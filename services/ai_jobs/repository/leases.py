@@ -57,12 +57,15 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
     offered to another runtime while the offer lasts.
 
     Without ``claim`` (seed 000's poll), the first of those jobs not being
-    offered by a concurrent poll right now (``SKIP LOCKED``) is offered to the
-    caller for ``offer_seconds``, and the page starts at it: the jobs before it
-    are exactly the ones other pollers are being given, so concurrent pollers
-    get different first jobs instead of all racing for the same one. The page
-    stays in ``priority, createdAt`` order; a poll after the offer ran out
-    sees the job again.
+    offered by a concurrent poll right now (``SKIP LOCKED``, looked for from
+    the front of the queue however many polls run at once, not only within
+    the page) is offered to the caller for ``offer_seconds``, and the page
+    starts at it: the jobs before it are exactly the ones other pollers are
+    being given, so concurrent pollers get different first jobs instead of
+    all racing for the same one. The page stays in ``priority, createdAt``
+    order; a poll after the offer ran out sees the job again. With no job to
+    offer (every pending one is being offered right now) the page is the
+    front of the queue.
 
     With ``claim`` the picked rows are locked (SKIP LOCKED, so concurrent
     claimers take different rows) and leased in the same statement. With
@@ -70,41 +73,47 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
     declared it can serve are seen."""
     lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
     serves_clause = _SERVES if serves else ""
-    pick = f"""
+
+    def pick(limit: str, lock: str, after: str = "") -> str:
+        # Per capability, the first ``limit`` jobs in the seed's order (from
+        # ``after`` on), merged in that order.
+        return f"""
         SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
         CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM ai_runtime_job j
             WHERE j.status = 'pending' AND j.job_type = cap.job_type AND j.available_at <= now()
-              AND {_NOT_OFFERED_TO_OTHERS}
+              AND {_NOT_OFFERED_TO_OTHERS} {after}
             {serves_clause}
             ORDER BY j.priority, j.created_at
-            LIMIT :limit {lock_clause}
+            LIMIT {limit} {lock}
         ) AS c
         ORDER BY c.priority, c.created_at
-        LIMIT :limit
-    """
+        LIMIT {limit}"""
+
     if not claim:
+        # The offer walks the queue from its front to the first job no
+        # concurrent poll is offering (SKIP LOCKED), however many polls run at
+        # once; the page is read from that job on, an index range scan that
+        # starts there rather than at the front.
         return f"""
-        WITH page AS ({pick}), offer AS (
-            SELECT j.id, page.priority, page.created_at FROM page JOIN ai_runtime_job j ON j.id = page.id
-            WHERE j.status = 'pending' AND {_NOT_OFFERED_TO_OTHERS}
-            ORDER BY page.priority, page.created_at
-            LIMIT {OFFERED_PER_POLL}
-            FOR UPDATE OF j SKIP LOCKED
+        WITH offer AS ({pick(str(OFFERED_PER_POLL), "FOR UPDATE OF j SKIP LOCKED")}
         ), offered AS (
             UPDATE ai_runtime_job j SET offered_to = :rid,
                    offered_until = now() + make_interval(secs => :offer_seconds)
             FROM offer WHERE j.id = offer.id
             RETURNING j.id
-        ), first_offered AS (
-            SELECT priority, created_at FROM offer ORDER BY priority, created_at LIMIT 1
+        ), page AS (
+            SELECT p.* FROM offer o CROSS JOIN LATERAL ({pick(":limit", "",
+                "AND (j.priority, j.created_at) >= (o.priority, o.created_at)")}) AS p
+            UNION ALL
+            -- no offer (every pending job is being offered by a concurrent
+            -- poll right now): the page from the front
+            SELECT f.* FROM ({pick(":limit", "")}) AS f WHERE NOT EXISTS (SELECT 1 FROM offer)
         )
-        SELECT {POLL_COLUMNS} FROM ai_runtime_job WHERE id IN (
-            SELECT page.id FROM page LEFT JOIN first_offered f ON true
-            WHERE f.priority IS NULL OR (page.priority, page.created_at) >= (f.priority, f.created_at))
+        SELECT {POLL_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM page)
         ORDER BY priority, created_at"""
     return f"""
-        WITH picked AS ({pick}), upd AS (
+        WITH picked AS ({pick(":limit", lock_clause)}), upd AS (
             UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
                    lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
                    offered_until = NULL, updated_at = now()
