@@ -119,10 +119,20 @@ class PreparedUnit:
     """One transaction on one pooled connection; ``execute`` as SQLAlchemy's."""
 
     def __init__(self, record_info: dict, dbapi_conn, transaction: bool = True):
-        self._prepared: set[str] = record_info.setdefault(_PREPARED, set())
-        self._unprepared: set[str] = record_info.setdefault(_PREPARED + "_not", set())
         self._conn = dbapi_conn
         self._cursor = dbapi_conn.cursor()
+        if _PREPARED not in record_info:
+            # A connection's first unit: its prepared statements run their
+            # generic plan from the first EXECUTE on. Left to "auto", PostgreSQL
+            # kept re-planning the poll on every call (its generic estimate for
+            # an unknown capability array and limit looks dearer than the
+            # custom plans): planning was half of the statement's time. Every
+            # statement prepared here looks a job up by its key or walks the
+            # poll index, whatever the parameters (tests/ai/test_prepared.py).
+            # Once per connection, outside any transaction, so it stays.
+            self._cursor.execute("SET plan_cache_mode = force_generic_plan")
+        self._prepared: set[str] = record_info.setdefault(_PREPARED, set())
+        self._unprepared: set[str] = record_info.setdefault(_PREPARED + "_not", set())
         self._transaction = transaction
         self._begun = False
 

@@ -74,13 +74,13 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
     lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
     serves_clause = _SERVES if serves else ""
 
-    def pick(limit: str, lock: str, after: str = "") -> str:
+    def pick(limit: str, lock: str, after: str = "", columns: str = "id, priority, created_at") -> str:
         # Per capability, the first ``limit`` jobs in the seed's order (from
         # ``after`` on), merged in that order.
         return f"""
         SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
         CROSS JOIN LATERAL (
-            SELECT id, priority, created_at FROM ai_runtime_job j
+            SELECT {columns} FROM ai_runtime_job j
             WHERE j.status = 'pending' AND j.job_type = cap.job_type AND j.available_at <= now()
               AND {_NOT_OFFERED_TO_OTHERS} {after}
             {serves_clause}
@@ -104,20 +104,24 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
             RETURNING j.id
         ), page AS (
             SELECT p.* FROM offer o CROSS JOIN LATERAL ({pick(":limit", "",
-                "AND (j.priority, j.created_at) >= (o.priority, o.created_at)")}) AS p
+                "AND (j.priority, j.created_at) >= (o.priority, o.created_at)", POLL_COLUMNS)}) AS p
             UNION ALL
             -- no offer (every pending job is being offered by a concurrent
             -- poll right now): the page from the front
-            SELECT f.* FROM ({pick(":limit", "")}) AS f WHERE NOT EXISTS (SELECT 1 FROM offer)
+            SELECT f.* FROM ({pick(":limit", "", columns=POLL_COLUMNS)}) AS f
+            WHERE NOT EXISTS (SELECT 1 FROM offer)
         )
-        SELECT {POLL_COLUMNS} FROM ai_runtime_job WHERE id IN (SELECT id FROM page)
-        ORDER BY priority, created_at"""
+        -- the page's rows as the index scans read them: no join back to the
+        -- table, whose plan would depend on the table's size when planned
+        SELECT {POLL_COLUMNS} FROM page ORDER BY priority, created_at"""
     return f"""
         WITH picked AS ({pick(":limit", lock_clause)}), upd AS (
             UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
                    lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
                    offered_until = NULL, updated_at = now()
-            FROM picked WHERE j.id = picked.id AND j.status = 'pending'
+            -- by key (an index scan whatever the table's size when planned,
+            -- where a join to picked could be planned as a scan of the table)
+            WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'pending'
             RETURNING j.*
         ), t AS (
             INSERT INTO ai_job_transition (job_id, from_status, to_status, runtime_instance_id,
