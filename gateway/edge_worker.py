@@ -5,6 +5,13 @@ worker's signal set-up on. gunicorn's own set-up leaves SIGHUP at its default,
 which ends the process, and a worker still loading its app (seconds on a busy
 machine) would die of the operator's SIGHUP if the handler came any later.
 
+A new connection holds a request thread for at most ``FIRST_BYTES_WAIT``
+while its first bytes come; after that it waits on the worker's poller,
+holding no thread, and is served when they come. (gunicorn holds the thread
+for 5 s: as many idle connections as there are threads, a browser's
+speculative ones or a careless client's, would stall every request for that
+long.)
+
 And what gunicorn refuses itself
 (before any app code runs) is answered in the JSON error envelope instead of
 gunicorn's HTML page.
@@ -26,7 +33,7 @@ import json
 import signal
 
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 from gateway.errors import envelope, request_refusal
 
@@ -38,7 +45,17 @@ def refusal_response(status: int, reason: str, code: str, message: str) -> bytes
     return head.encode("latin-1") + body
 
 
+# A client sends its request right after it connects; a LAN round trip is a
+# few milliseconds. Longer, and the connection waits on the poller instead.
+FIRST_BYTES_WAIT = 0.2
+
+
 class EnvelopeWorker(ThreadWorker):
+    def handle(self, conn):
+        if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTES_WAIT):
+            return _DEFER  # to the poller, which hands it back when its bytes come
+        return super().handle(conn)
+
     def init_signals(self):
         super().init_signals()
         reread = getattr(self.app, "reread_tokens", None)  # the gateway's GatewayServer

@@ -90,7 +90,12 @@ class Settings:
     # Gateway worker processes; 0 -> one per CPU core. Each serves the AI queue
     # straight from PostgreSQL and streams every event over its own relay.
     gateway_workers: int = 0
-    gateway_threads: int = 64
+    # Request threads per worker: as many as the AI queue's pooled connections
+    # (gateway.app.AI_POOL_SIZE). More only wait for a connection while they
+    # contend for the GIL: at 200 runtimes 64 threads served fewer cycles/s
+    # than 16 (tests/bench/bench_ai_jobs.py). An open websocket takes none, and
+    # an idle connection holds one for 0.2 s at most (gateway.edge_worker).
+    gateway_threads: int = 16
     # Websocket streams (gateway/stream_hub.py): open streams per gateway process
     # (each costs a socket and its send queue, no thread); the largest client
     # message (the stream reads none: pings only); how long a reader may make no

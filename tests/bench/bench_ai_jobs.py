@@ -10,7 +10,11 @@ is offered to it alone); ``seed/random`` (at 50) polls a wide page (twice the
 runtimes, at most 50) and picks at random, as a runtime without that advice
 would. Runtimes are threads with
 one keep-alive HTTP connection each (a lean ``http.client``, see
-``LeanClient``), split over client processes so the client is not the bound.
+``LeanClient``), at most ``BENCH_AI_PER_CLIENT`` (25) to a client process and
+at least 2 processes, so the client is not the bound and its own cost per
+cycle (GIL contention grows with the threads in a process) does not grow with
+the fleet: 200 runtimes are 200 processes on other machines, not threads in
+two.
 Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
 locks), and the gateway's CPU per request (its worker processes' CPU time
 over the requests the runtimes sent). In the same run, the reference: the
@@ -20,8 +24,8 @@ profile of one poll/lock/heartbeat/result cycle in-process
 (``profile_runtime_requests.py``); and the issue's targets as ratios.
 
 PostgreSQL is embedded unless LINECTL_TEST_DATABASE_URL is set.
-``BENCH_AI_RUNS=1:150,10:600`` picks the runs; ``BENCH_AI_CLIENTS`` the
-client processes (default 2); ``BENCH_AI_TAIL=0`` leaves out the 100k poll and
+``BENCH_AI_RUNS=1:150,10:600`` picks the runs; ``BENCH_AI_PER_CLIENT`` the
+runtimes per client process; ``BENCH_AI_TAIL=0`` leaves out the 100k poll and
 the profile (to compare gateway settings, ``LINECTL_GATEWAY_*``, quickly);
 ``BENCH_AI_GATEWAY_TREE=<checkout>`` serves the runs with that checkout's
 gateway (e.g. main's, for "before" figures with this same client).
@@ -157,6 +161,41 @@ class Finish:
             if self.count.value == self.jobs_total:
                 self.at.value = time.time()
                 self.all_done.set()
+
+
+class WireClient:
+    """One poll, pre-encoded, on a raw keep-alive socket: the request's bytes
+    sent and the response read to its Content-Length (its status checked; its
+    JSON by :meth:`check`, outside the timing). What the gateway and the
+    network cost, without a client library's parsing."""
+
+    def __init__(self, url, token, rid, caps, limit):
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        body = json.dumps({"runtimeInstanceId": rid, "capabilities": caps, "limit": limit}).encode()
+        self.limit = limit
+        self.request = (f"POST /internal/runtime/jobs/poll HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def poll(self):
+        self.sock.sendall(self.request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self.sock.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(body) < length:
+            body += self.sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        self.last = body
+
+    def check(self):
+        assert len(json.loads(self.last)["jobs"]) == self.limit
 
 
 def runtime_loop(url, rid, claim, page_size, lock_times, done, go, requests, at_random, lost, finish):
@@ -358,7 +397,7 @@ def parse_runs():
 
 
 def main() -> int:
-    clients = int(os.environ.get("BENCH_AI_CLIENTS", "2"))
+    per_client = int(os.environ.get("BENCH_AI_PER_CLIENT", "25"))
     dbs = TestDatabases()
     gateway = None
     try:
@@ -370,7 +409,8 @@ def main() -> int:
         workers = load_settings().gateway_worker_count
         print(f"gateway: python -m gateway ({os.environ.get('BENCH_AI_GATEWAY_TREE') or 'this checkout'}),"
               f" {workers} worker processes, AI queue straight on PostgreSQL;"
-              f" runtimes: threads in {clients} client processes; {os.cpu_count()} cores")
+              f" runtimes: threads, at most {per_client} to a client process (at least 2);"
+              f" {os.cpu_count()} cores")
         print(f"{'protocol':>11} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
               f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8} | {'gw CPU/req':>10}")
         rates, cycles = {}, {}
@@ -382,7 +422,7 @@ def main() -> int:
             for name, claim, at_random in protocols:
                 seed(engine, jobs_total)
                 done, rate, lock_times, cpu_per_request, per_cycle = full_cycles(
-                    url, runtimes, jobs_total, claim, clients, gateway.pid, at_random)
+                    url, runtimes, jobs_total, claim, max(2, -(-runtimes // per_client)), gateway.pid, at_random)
                 assert done == jobs_total, (done, jobs_total)
                 with engine.connect() as c:
                     succeeded = c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE status = 'succeeded'"
@@ -405,37 +445,42 @@ def main() -> int:
         if os.environ.get("BENCH_AI_TAIL", "1") == "0":
             return 0
         seed(engine, POLL_ROWS)
+        with engine.connect() as c:  # the big DELETE's dead rows gone now, not by autovacuum mid-measure
+            c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE ai_runtime_job"))
         sm = make_sessionmaker(engine)
         timings = QueueTimings()
-        sql_times, sa_times, http_times, requests_times = [], [], [], []
         caps = ["learning_state_analysis", "quiz_generation", "flashcard_generation"]
         lean = LeanClient(url, RUNTIME_TOKEN, "probe")
-        # SQL: the statements the gateway runs for a poll, as it runs them
-        # (prepared, on the bare driver), without HTTP or the gateway around them.
-        for _ in range(200):
-            t0 = time.perf_counter()
+        wire = WireClient(url, RUNTIME_TOKEN, "probe", caps, 50)
+
+        def sql():  # the statements the gateway runs for a poll, as it runs them (prepared, bare driver)
             with prepared_unit(engine) as unit:
                 assert len(repo.poll(unit, timings, "poller", caps, 50)) == 50
-            sql_times.append(time.perf_counter() - t0)
-        for _ in range(200):  # the same through SQLAlchemy's session (planned afresh each time)
+
+        def sqlalchemy():  # the same through SQLAlchemy's session (planned afresh each time)
             with sm() as s, s.begin():
-                t0 = time.perf_counter()
                 assert len(repo.poll(s, timings, "poller-sa", caps, 50)) == 50
-                sa_times.append(time.perf_counter() - t0)
-        for _ in range(200):
-            t0 = time.perf_counter()
-            assert len(lean.poll(caps, limit=50)) == 50
-            http_times.append(time.perf_counter() - t0)
-        for _ in range(200):
-            t0 = time.perf_counter()
-            assert len(probe.poll(caps, limit=50)) == 50
-            requests_times.append(time.perf_counter() - t0)
-        sql50, http50 = pct(sql_times, 50), pct(http_times, 50)
-        print(f"poll (limit 50, {POLL_ROWS // 1000}k pending): SQL p50 {sql50:.2f} ms, p99 {pct(sql_times, 99):.2f} ms;"
-              f" HTTP p50 {http50:.2f} ms, p99 {pct(http_times, 99):.2f} ms; HTTP/SQL {http50 / sql50:.2f}x"
-              f" (SQL through SQLAlchemy's session, unprepared: p50 {pct(sa_times, 50):.2f} ms)"
-              f" (HTTP through `requests`, RuntimeClient: p50 {pct(requests_times, 50):.2f} ms,"
-              f" {pct(requests_times, 50) / sql50:.2f}x)", flush=True)
+
+        paths = {"sql": sql, "sqlalchemy": sqlalchemy,
+                 "wire": lambda: wire.poll(),
+                 "lean": lambda: len(lean.poll(caps, limit=50)) == 50 or sys.exit("short page"),
+                 "requests": lambda: len(probe.poll(caps, limit=50)) == 50 or sys.exit("short page")}
+        times = {name: [] for name in paths}
+        for n in range(330):  # interleaved, so what else the machine does falls on every path alike
+            for name, call in paths.items():
+                t0 = time.perf_counter()
+                call()
+                if n >= 30:  # the first rounds warm each path
+                    times[name].append(time.perf_counter() - t0)
+        wire.check()
+        p50 = {name: pct(t, 50) for name, t in times.items()}
+        sql50, http50 = p50["sql"], p50["wire"]
+        print(f"poll (limit 50, {POLL_ROWS // 1000}k pending), p50 (p99):"
+              f" SQL {sql50:.2f} ms ({pct(times['sql'], 99):.2f});"
+              f" HTTP on the wire {http50:.2f} ms ({pct(times['wire'], 99):.2f}), {http50 / sql50:.2f}x;"
+              f" HTTP with http.client and json (LeanClient) {p50['lean']:.2f} ms, {p50['lean'] / sql50:.2f}x;"
+              f" with `requests` (RuntimeClient) {p50['requests']:.2f} ms, {p50['requests'] / sql50:.2f}x;"
+              f" SQL through SQLAlchemy's session, unprepared: {p50['sqlalchemy']:.2f} ms", flush=True)
 
         from tests.bench.profile_runtime_requests import profile, report
 
@@ -453,7 +498,8 @@ def main() -> int:
               f"seed 200/10 {ratio(('seed', 200), ('seed', 10)):5.2f}  (>= 1)")
         print(f"  seed at 50   {at(('seed', 50)):6.1f} cycles/s (>= 200)   claim at 50 {at(('claim', 50)):6.1f}"
               f" cycles/s (>= 300)")
-        print(f"  poll HTTP/SQL at 100k {http50 / sql50:.2f}x (<= 1.5)   gateway CPU per request (profile)"
+        print(f"  poll HTTP/SQL at 100k {http50 / sql50:.2f}x on the wire, {p50['lean'] / sql50:.2f}x with"
+              f" LeanClient's parsing (<= 1.5)   gateway CPU per request (profile)"
               f" {profiled['per_request_ms']:.2f} ms (was about 1 ms)")
         engine.dispose()
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 import requests
@@ -75,3 +76,25 @@ def test_a_request_gunicorn_cannot_parse_is_refused_in_the_envelope(served_gatew
         except AssertionError as exc:
             raise AssertionError(f"{what}: {exc}") from None
     assert requests.get(served_gateway + "/healthz", timeout=10).json() == {"status": "ok"}
+
+
+def test_idle_connections_do_not_hold_the_request_threads(gateway_server):
+    """Three times as many connections as request threads, none sending a
+    byte: a request on a fresh connection is still answered at once, and an
+    idle connection that then sends its request is served too. (gunicorn
+    held a thread 5 s for each idle connection: this request waited 15 s.)"""
+    served = gateway_server(threads=4)
+    idle = [socket.create_connection(("127.0.0.1", served.port), timeout=10) for _ in range(12)]
+    try:
+        started = time.monotonic()
+        assert requests.get(served.base + "/healthz", timeout=30).status_code == 200
+        assert time.monotonic() - started < 2.5
+        late = idle[0]
+        late.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := late.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+    finally:
+        for s in idle:
+            s.close()
