@@ -14,13 +14,21 @@ one keep-alive HTTP connection each (a lean ``http.client``, see
 at least 2 processes, so the client is not the bound and its own cost per
 cycle (GIL contention grows with the threads in a process) does not grow with
 the fleet: 200 runtimes are 200 processes on other machines, not threads in
-two.
+two. A runtime whose poll finds nothing waits ``pollIntervalMs`` (seed 000;
+the reference runtime's 2 s) before polling again, and the run ends at its
+last finished job, where every runtime stops.
 Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
 locks), and the gateway's CPU per request (its worker processes' CPU time
-over the requests the runtimes sent). In the same run, the reference: the
+over the requests the runtimes sent). Per cycle: the requests sent, the locks
+lost, and the CPU of the gateway's workers, of the client processes and of
+the rest of the machine (PostgreSQL, mostly, and the kernel), so a rate that
+falls with the fleet shows where. In the same run, the reference: the
 same conditional-UPDATE lock done directly with psycopg2 (no HTTP), its rate,
-and the ratio. Then the poll at 100k pending jobs, as SQL and over HTTP; the
-profile of one poll/lock/heartbeat/result cycle in-process
+and the ratio. Then the poll at 100k pending jobs, as SQL (the statements the
+gateway runs, as it runs them) and over HTTP: on the wire (a raw keep-alive
+socket: what the gateway and the network add), through ``LeanClient``
+(plus http.client's and json's parsing) and through ``requests``,
+interleaved; the profile of one poll/lock/heartbeat/result cycle in-process
 (``profile_runtime_requests.py``); and the issue's targets as ratios.
 
 PostgreSQL is embedded unless LINECTL_TEST_DATABASE_URL is set.
