@@ -8,13 +8,14 @@ provider's output (the seed protocol), and poll(claim) → heartbeat → result
 of 3 and locks its jobs in the order given, as docs/ai-jobs.md says (the first
 is offered to it alone); ``seed/random`` (at 50) polls a wide page (twice the
 runtimes, at most 50) and picks at random, as a runtime without that advice
-would. Runtimes are threads with
-one keep-alive HTTP connection each (a lean ``http.client``, see
-``LeanClient``), at most ``BENCH_AI_PER_CLIENT`` (25) to a client process and
-at least 2 processes, so the client is not the bound and its own cost per
-cycle (GIL contention grows with the threads in a process) does not grow with
-the fleet: 200 runtimes are 200 processes on other machines, not threads in
-two. A runtime whose poll finds nothing waits ``pollIntervalMs`` (seed 000;
+would. Runtimes are coroutines with one keep-alive HTTP connection each
+(``AsyncRuntime``: asyncio streams), at most ``BENCH_AI_PER_CLIENT`` (100) to
+a client process and at least 2 processes, so the client is not the bound and
+its own cost per cycle does not grow with the fleet: 200 runtimes are 200
+processes on other machines, not threads in two, and threads in one process
+contend for the GIL, more of them more (``BENCH_AI_CLIENT=threads``: the
+runtimes as threads on ``LeanClient``, 25 to a process; their CPU per cycle
+grew by a quarter from 10 runtimes to 200). A runtime whose poll finds nothing waits ``pollIntervalMs`` (seed 000;
 the reference runtime's 2 s) before polling again, and the run ends at its
 last finished job, where every runtime stops.
 Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
@@ -41,6 +42,7 @@ gateway (e.g. main's, for "before" figures with this same client).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -252,6 +254,116 @@ def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random, 
             break
 
 
+class AsyncRuntime:
+    """The same requests and answers as :class:`LeanClient`, on one keep-alive
+    asyncio stream: a client process runs its runtimes as coroutines on one
+    event loop, so the client's cost per request does not grow with the
+    runtimes it runs (threads contend for the GIL, and more of them more)."""
+
+    def __init__(self, host, port, token, rid):
+        self.host, self.port, self.rid = host, port, rid
+        self.head = (f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                     "Content-Type: application/json\r\n").encode()
+        self.reader = self.writer = None
+        self.requests = 0
+
+    async def _post(self, path, body):
+        data = json.dumps(body).encode()
+        self.requests += 1
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(b"POST /internal/runtime" + path.encode() + b" HTTP/1.1\r\n" + self.head
+                          + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        raw = await self.reader.readexactly(length) if length else b""
+        answer = json.loads(raw) if raw else None
+        if status >= 400:
+            raise ProtocolError(status, answer["error"]["code"], answer["error"]["message"])
+        return answer
+
+    async def poll(self, caps, limit=20, claim=False):
+        return (await self._post("/jobs/poll", {"runtimeInstanceId": self.rid, "capabilities": caps,
+                                                "limit": limit, "claim": claim}))["jobs"]
+
+    async def lock(self, job_id):
+        return await self._post(f"/jobs/{job_id}/lock", {"runtimeInstanceId": self.rid})
+
+    async def heartbeat(self, job_id, attempt):
+        await self._post(f"/jobs/{job_id}/heartbeat", {"runtimeInstanceId": self.rid, "attemptNo": attempt})
+
+    async def succeed(self, job_id, attempt, output):
+        return await self._post(f"/jobs/{job_id}/result", {
+            "runtimeInstanceId": self.rid, "attemptNo": attempt, "status": "succeeded",
+            "output": output, "outputHash": output_hash(output)})
+
+
+async def _async_cycles(client, offline, claim, page_size, lock_times, done, at_random, lost, finish):
+    """:func:`_cycles`, as a coroutine."""
+    idle = 0
+    while idle < 3 and not finish.all_done.is_set():
+        if claim:
+            t0 = time.perf_counter()
+            page = await client.poll([JOB_TYPE], limit=1, claim=True)
+            if page:
+                lock_times.append(time.perf_counter() - t0)
+        else:
+            page = await client.poll([JOB_TYPE], limit=page_size)
+            if at_random:
+                random.shuffle(page)
+        if not page:
+            idle += 1
+            for _ in range(int(IDLE_POLL_INTERVAL / 0.05)):  # pollIntervalMs, or until the run ends
+                if finish.all_done.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            continue
+        idle = 0
+        for job in page:
+            if not claim:
+                t0 = time.perf_counter()
+                try:
+                    lease = await client.lock(job["id"])
+                except ProtocolError as exc:
+                    if exc.code == "JOB_ALREADY_LOCKED":
+                        lost.append(1)
+                        continue
+                    raise
+                lock_times.append(time.perf_counter() - t0)
+                job = {**job, "attemptNo": lease["attemptNo"]}
+            await client.heartbeat(job["id"], job["attemptNo"])
+            await client.succeed(job["id"], job["attemptNo"], offline.complete(job, None, None))
+            done.append(1)
+            finish.one_done()
+            break
+
+
+def async_client_process(url, ids, claim, page_size, start_at, out_q, at_random, finish):
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    lock_times, done, lost = [], [], []
+    offline = OfflineProvider()
+    clients = [AsyncRuntime(parts.hostname, parts.port, RUNTIME_TOKEN, f"bench-{i}") for i in ids]
+
+    async def run():
+        await asyncio.sleep(max(start_at - time.time(), 0))
+        await asyncio.gather(*(_async_cycles(c, offline, claim, page_size, lock_times, done, at_random, lost,
+                                             finish) for c in clients))
+        for c in clients:
+            if c.writer is not None:
+                c.writer.close()
+
+    asyncio.run(run())
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out_q.put((len(done), lock_times, time.time(), sum(c.requests for c in clients), len(lost),
+               usage.ru_utime + usage.ru_stime))
+
+
 def client_process(url, ids, claim, page_size, start_at, out_q, at_random, finish):
     lock_times, done, requests, lost = [], [], [], []
     go = threading.Event()
@@ -294,7 +406,7 @@ def gateway_cpu(master_pid: int) -> float:
     return sum(_cpu_seconds(int(pid)) for pid in children)
 
 
-def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random=False):
+def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random=False, kind="async"):
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     start_at = time.time() + 1.0 + runtimes / 200
@@ -303,7 +415,7 @@ def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random
     # page a runtime without that advice would.
     page_size = min(50, max(runtimes * 2, 5)) if at_random else 3
     finish = Finish(ctx, jobs_total)
-    procs = [ctx.Process(target=client_process,
+    procs = [ctx.Process(target=async_client_process if kind == "async" else client_process,
                          args=(url, list(range(runtimes))[k::clients], claim, page_size, start_at, out_q,
                                at_random, finish))
              for k in range(min(clients, runtimes))]
@@ -405,7 +517,8 @@ def parse_runs():
 
 
 def main() -> int:
-    per_client = int(os.environ.get("BENCH_AI_PER_CLIENT", "25"))
+    kind = os.environ.get("BENCH_AI_CLIENT", "async")
+    per_client = int(os.environ.get("BENCH_AI_PER_CLIENT", "100" if kind == "async" else "25"))
     dbs = TestDatabases()
     gateway = None
     try:
@@ -417,7 +530,8 @@ def main() -> int:
         workers = load_settings().gateway_worker_count
         print(f"gateway: python -m gateway ({os.environ.get('BENCH_AI_GATEWAY_TREE') or 'this checkout'}),"
               f" {workers} worker processes, AI queue straight on PostgreSQL;"
-              f" runtimes: threads, at most {per_client} to a client process (at least 2);"
+              f" runtimes: {'coroutines' if kind == 'async' else 'threads'}, at most {per_client} to a"
+              f" client process (at least 2);"
               f" {os.cpu_count()} cores")
         print(f"{'protocol':>11} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
               f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8} | {'gw CPU/req':>10}")
@@ -430,7 +544,8 @@ def main() -> int:
             for name, claim, at_random in protocols:
                 seed(engine, jobs_total)
                 done, rate, lock_times, cpu_per_request, per_cycle = full_cycles(
-                    url, runtimes, jobs_total, claim, max(2, -(-runtimes // per_client)), gateway.pid, at_random)
+                    url, runtimes, jobs_total, claim, max(2, -(-runtimes // per_client)), gateway.pid, at_random,
+                    kind)
                 assert done == jobs_total, (done, jobs_total)
                 with engine.connect() as c:
                     succeeded = c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE status = 'succeeded'"
