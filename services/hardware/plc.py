@@ -82,7 +82,7 @@ C_RESPONSE_DELAY_MS = 7  # answer every request this late (provokes Modbus timeo
 C_ESTOP = 8              # 1: emergency stop now (every machine and the robot fault 8) until CLEAR
 C_RESTART_MS = 9         # the PLC restarts: down this many ms, back with its registers reset
 C_TAKE_FROM_BUFFER = 10  # buffer slot N: a person takes its piece out by hand (the sensor goes false)
-# offsets 10..15 reserved (0)
+# offsets 11..15 reserved (0)
 
 PLC_ERRORS = {
     1: "no piece at the source position",

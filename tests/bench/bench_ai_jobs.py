@@ -13,9 +13,9 @@ would. Runtimes are coroutines with one keep-alive HTTP connection each
 a client process and at least 2 processes, so the client is not the bound and
 its own cost per cycle does not grow with the fleet: 200 runtimes are 200
 processes on other machines, not threads in two, and threads in one process
-contend for the GIL, more of them more (``BENCH_AI_CLIENT=threads``: the
-runtimes as threads on ``LeanClient``, 25 to a process; their CPU per cycle
-grew by a quarter from 10 runtimes to 200). A runtime whose poll finds nothing waits ``pollIntervalMs`` (seed 000;
+contend for the GIL, more of them more (runtimes as threads on ``LeanClient``,
+25 to a process, had cost the client a quarter more CPU per cycle at 200
+runtimes than at 10). A runtime whose poll finds nothing waits ``pollIntervalMs`` (seed 000;
 the reference runtime's 2 s) before polling again, and the run ends at its
 last finished job, where every runtime stops.
 Lock latency p50/p99 as the runtimes see it (with ``claim`` the poll that
@@ -208,52 +208,6 @@ class WireClient:
         assert len(json.loads(self.last)["jobs"]) == self.limit
 
 
-def runtime_loop(url, rid, claim, page_size, lock_times, done, go, requests, at_random, lost, finish):
-    offline = OfflineProvider()
-    client = LeanClient(url, RUNTIME_TOKEN, rid)
-    try:
-        _cycles(client, offline, claim, page_size, lock_times, done, go, at_random, lost, finish)
-    finally:
-        requests.append(client.requests)
-
-
-def _cycles(client, offline, claim, page_size, lock_times, done, go, at_random, lost, finish):
-    go.wait()
-    idle = 0
-    while idle < 3 and not finish.all_done.is_set():
-        if claim:
-            t0 = time.perf_counter()
-            page = client.poll([JOB_TYPE], limit=1, claim=True)
-            if page:
-                lock_times.append(time.perf_counter() - t0)
-        else:
-            page = client.poll([JOB_TYPE], limit=page_size)
-            if at_random:
-                random.shuffle(page)
-        if not page:
-            idle += 1
-            finish.all_done.wait(IDLE_POLL_INTERVAL)
-            continue
-        idle = 0
-        for job in page:
-            if not claim:
-                t0 = time.perf_counter()
-                try:
-                    lease = client.lock(job["id"])
-                except ProtocolError as exc:
-                    if exc.code == "JOB_ALREADY_LOCKED":
-                        lost.append(1)
-                        continue
-                    raise
-                lock_times.append(time.perf_counter() - t0)
-                job = {**job, "attemptNo": lease["attemptNo"]}
-            client.heartbeat(job["id"], job["attemptNo"])
-            client.succeed(job["id"], job["attemptNo"], offline.complete(job, None, None))
-            done.append(1)
-            finish.one_done()
-            break
-
-
 class AsyncRuntime:
     """The same requests and answers as :class:`LeanClient`, on one keep-alive
     asyncio stream: a client process runs its runtimes as coroutines on one
@@ -303,7 +257,7 @@ class AsyncRuntime:
 
 
 async def _async_cycles(client, offline, claim, page_size, lock_times, done, at_random, lost, finish):
-    """:func:`_cycles`, as a coroutine."""
+    """One runtime's cycles until the run ends (or it polled nothing three times)."""
     idle = 0
     while idle < 3 and not finish.all_done.is_set():
         if claim:
@@ -364,23 +318,6 @@ def async_client_process(url, ids, claim, page_size, start_at, out_q, at_random,
                usage.ru_utime + usage.ru_stime))
 
 
-def client_process(url, ids, claim, page_size, start_at, out_q, at_random, finish):
-    lock_times, done, requests, lost = [], [], [], []
-    go = threading.Event()
-    threads = [threading.Thread(target=runtime_loop, args=(url, f"bench-{i}", claim, page_size,
-                                                          lock_times, done, go, requests, at_random, lost,
-                                                          finish))
-               for i in ids]
-    for t in threads:
-        t.start()
-    time.sleep(max(start_at - time.time(), 0))
-    go.set()
-    for t in threads:
-        t.join()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    out_q.put((len(done), lock_times, time.time(), sum(requests), len(lost), usage.ru_utime + usage.ru_stime))
-
-
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (0 when it is gone)."""
     try:
@@ -406,7 +343,7 @@ def gateway_cpu(master_pid: int) -> float:
     return sum(_cpu_seconds(int(pid)) for pid in children)
 
 
-def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random=False, kind="async"):
+def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random=False):
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     start_at = time.time() + 1.0 + runtimes / 200
@@ -415,7 +352,7 @@ def full_cycles(url, runtimes, jobs_total, claim, clients, master_pid, at_random
     # page a runtime without that advice would.
     page_size = min(50, max(runtimes * 2, 5)) if at_random else 3
     finish = Finish(ctx, jobs_total)
-    procs = [ctx.Process(target=async_client_process if kind == "async" else client_process,
+    procs = [ctx.Process(target=async_client_process,
                          args=(url, list(range(runtimes))[k::clients], claim, page_size, start_at, out_q,
                                at_random, finish))
              for k in range(min(clients, runtimes))]
@@ -517,8 +454,7 @@ def parse_runs():
 
 
 def main() -> int:
-    kind = os.environ.get("BENCH_AI_CLIENT", "async")
-    per_client = int(os.environ.get("BENCH_AI_PER_CLIENT", "100" if kind == "async" else "25"))
+    per_client = int(os.environ.get("BENCH_AI_PER_CLIENT", "100"))
     dbs = TestDatabases()
     gateway = None
     try:
@@ -530,8 +466,7 @@ def main() -> int:
         workers = load_settings().gateway_worker_count
         print(f"gateway: python -m gateway ({os.environ.get('BENCH_AI_GATEWAY_TREE') or 'this checkout'}),"
               f" {workers} worker processes, AI queue straight on PostgreSQL;"
-              f" runtimes: {'coroutines' if kind == 'async' else 'threads'}, at most {per_client} to a"
-              f" client process (at least 2);"
+              f" runtimes: coroutines, at most {per_client} to a client process (at least 2);"
               f" {os.cpu_count()} cores")
         print(f"{'protocol':>11} {'runtimes':>8} {'jobs':>5} | {'cycles/s':>9} {'lock p50':>9} {'lock p99':>9} |"
               f" {'raw lock/s':>10} {'raw p50':>8} {'raw p99':>8} | {'HTTP/raw':>8} | {'gw CPU/req':>10}")
@@ -544,8 +479,7 @@ def main() -> int:
             for name, claim, at_random in protocols:
                 seed(engine, jobs_total)
                 done, rate, lock_times, cpu_per_request, per_cycle = full_cycles(
-                    url, runtimes, jobs_total, claim, max(2, -(-runtimes // per_client)), gateway.pid, at_random,
-                    kind)
+                    url, runtimes, jobs_total, claim, max(2, -(-runtimes // per_client)), gateway.pid, at_random)
                 assert done == jobs_total, (done, jobs_total)
                 with engine.connect() as c:
                     succeeded = c.execute(text("SELECT count(*) FROM ai_runtime_job WHERE status = 'succeeded'"
