@@ -22,15 +22,24 @@ from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 SIM_SPEED = 1000.0  # a 12 s machining cycle takes 12 ms; the transport dominates
+# The (transport, protocol) pairs a module runs a whole order on: each transport once
+# and each field protocol once, not their cross product (nothing in an order's path
+# depends on the two together).
+TRANSPORT_PROTOCOL = pytest.mark.parametrize(("transport", "protocol"),
+                                             [("pgsql", "modbus"), ("rabbitmq", "opcua")])
 
 
+@pytest.fixture
+def transport():
+    """The message transport: pgsql:// (the default), or ``rabbitmq`` where a test
+    parametrizes it, the way a plant that outgrows one box runs it (skipped without
+    RabbitMQ locally, required in CI)."""
+    return "pgsql"
 
-@pytest.fixture(params=["pgsql", "rabbitmq"])
-def nameko_config(request, db_url, amqp_uri):
-    """The whole flow on both transports: pgsql:// (the default) and RabbitMQ,
-    the way a plant that outgrows one box runs it (skipped without RabbitMQ
-    locally, required in CI)."""
-    uri = request.getfixturevalue("rabbit_uri") if request.param == "rabbitmq" else amqp_uri
+
+@pytest.fixture
+def nameko_config(request, db_url, amqp_uri, transport):
+    uri = request.getfixturevalue("rabbit_uri") if transport == "rabbitmq" else amqp_uri
     return {"AMQP_URI": uri, "serializer": "json", "LINECTL_DATABASE_URL": db_url, "max_workers": 20}
 
 

@@ -9,13 +9,11 @@ import pytest
 from shared import production_stats as ps
 from shared.config import load_settings
 from shared.layout import load_layout
-from tests.flow.conftest import SIM_SPEED
+from tests.flow.conftest import SIM_SPEED, TRANSPORT_PROTOCOL
 from tests.flow.invariants import assert_line_clear, replay
-from tests.hardware.conftest import PROTOCOLS
-
-pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
+@TRANSPORT_PROTOCOL
 def test_an_order_of_bracket_a_completes_with_scrap_counted_exactly(line):
     quantity = 20
     order = line.order("BRACKET-A", quantity)
@@ -72,6 +70,9 @@ def _figures_agree_with_the_order(line, order, batches):
             assert {i["state"] for i in mine} >= {"PROCESSING", "IDLE"}
 
 
+# Priority is the scheduler's, whatever carries the messages or speaks to the PLC
+# (tests/scheduler pins its rules down): one run, on the default transport and OPC UA.
+@pytest.mark.parametrize("protocol", ["opcua"])
 def test_two_orders_at_once_the_urgent_one_goes_first(line):
     relaxed = line.order("SHAFT-B", 12, priority=5)
     urgent = line.order("BRACKET-A", 6, priority=0)
