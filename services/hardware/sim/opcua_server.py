@@ -56,13 +56,20 @@ class OpcUaLineSimulator:
 
     ``security``: ``"none"`` (the loopback default) or ``"sign-and-encrypt"``
     (Basic256Sha256 only, user name + password required; the server
-    certificate is generated once into ``cert_dir``)."""
+    certificate is generated once into ``cert_dir``).
+
+    ``publishing_interval`` (ms): the fastest publishing interval a subscription
+    is granted, as a PLC whose server publishes slowly (node-opcua raises a 10 ms
+    request to 50 ms); None grants what the client asks."""
 
     protocol = "opcua"
 
     def __init__(self, layout: Layout, options: SimOptions, host: str = "127.0.0.1", port: int = 4840,
                  clock: Callable[[], float] = time.monotonic, security: str = "none",
-                 user: str | None = None, password: str | None = None, cert_dir: Path | None = None):
+                 user: str | None = None, password: str | None = None, cert_dir: Path | None = None,
+                 publishing_interval: float | None = None):
+        if publishing_interval is not None and not publishing_interval > 0:
+            raise ValueError(f"publishing_interval: expected milliseconds > 0, got {publishing_interval!r}")
         if security not in ("none", "sign-and-encrypt"):
             raise ValueError(f"security: expected 'none' or 'sign-and-encrypt', got {security!r}")
         if security != "none" and not (user and password and cert_dir):
@@ -71,6 +78,7 @@ class OpcUaLineSimulator:
         self.layout = layout
         self.host, self.port = host, port
         self.security, self.user, self.password, self.cert_dir = security, user, password, cert_dir
+        self.publishing_interval = publishing_interval
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
         self._stopping: asyncio.Event | None = None
@@ -333,6 +341,8 @@ class OpcUaLineSimulator:
         await server.init()
         server.set_endpoint(self.address)
         server.set_server_name("linectl line simulator")
+        if self.publishing_interval is not None:
+            _publish_no_faster(server, self.publishing_interval)
         await server.set_application_uri("urn:linectl:sim")
         if self.security == "none":
             server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
@@ -407,6 +417,19 @@ class OpcUaLineSimulator:
             return
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout)
+
+
+def _publish_no_faster(server: Server, interval_ms: float) -> None:
+    """Revise every CreateSubscription's publishing interval up to ``interval_ms``
+    (asyncua grants the requested one and has no setting for a floor)."""
+    service = server.iserver.subscription_service
+    create = service.create_subscription
+
+    async def create_subscription(params, *args, **kwargs):
+        params.RequestedPublishingInterval = max(params.RequestedPublishingInterval, interval_ms)
+        return await create(params, *args, **kwargs)
+
+    service.create_subscription = create_subscription
 
 
 def _argument(name: str, type_name: str) -> ua.Argument:
