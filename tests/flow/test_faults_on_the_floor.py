@@ -4,11 +4,13 @@ gateway, the operator answering over HTTP as the page does. Each case ends
 with the order complete, exact counts, and the database and the PLC agreeing
 that the cell is empty.
 
-Every case runs on three PLCs: this project's simulator over Modbus (faults
-injected through its control registers, as any Modbus tool would) and over OPC UA
-(its SimControl methods), and ``RegisterMapPlc``, written
-from deploy/REGISTER_MAP.md alone, so the map, not the simulator, is what the
-host relies on."""
+Every case runs on both field protocols: over Modbus on ``RegisterMapPlc``, written
+from deploy/REGISTER_MAP.md alone, so the map, not the simulator, is what the host
+relies on; over OPC UA on this project's simulator (faults injected through its
+SimControl methods). The simulator over Modbus (its control registers, as any Modbus
+tool would) runs the one case the independent PLC cannot (a dropped connection): the
+host's Modbus path is the same whichever PLC answers, and the simulator's own faults
+are proven on both protocols by tests/hardware/test_floor_faults.py."""
 
 from __future__ import annotations
 
@@ -41,14 +43,9 @@ TOKEN = "op-token-faults-0001"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def nameko_config(db_url, amqp_uri):
-    return {"AMQP_URI": amqp_uri, "serializer": "json", "LINECTL_DATABASE_URL": db_url, "max_workers": 20}
-
-
 class SimulatorCell:
-    """Fault injection on the simulator: its control registers over Modbus, or its
-    SimControl methods over OPC UA."""
+    """Fault injection on the simulator (its control registers over Modbus, or its
+    SimControl methods over OPC UA), under RegisterMapPlc's names."""
 
     def __init__(self, layout, simulator):
         self.simulator = simulator
@@ -78,38 +75,13 @@ class SimulatorCell:
         self.simulator.stop()
 
 
-class IndependentCell:
-    """Fault injection on the PLC written from the register map alone."""
-
-    def __init__(self, plc):
-        self.plc = plc
-
-    def fault(self, equipment_id):
-        self.plc.fault(equipment_id)
-
-    def hang(self, equipment_id):
-        self.plc.hang(equipment_id)
-
-    def emergency_stop(self):
-        self.plc.emergency_stop()
-
-    def restart(self, seconds):
-        self.plc.restart(seconds)
-
-    def clear(self):
-        self.plc.clear()
-
-    def stop(self):
-        self.plc.stop()
-
-
 def _start_cell(kind, layout, port):
     if kind in ("simulator", "simulator-opcua"):
         options = SimOptions(speed=SPEED, scrap_rate=0.0, seed=3, pallet_size=500, pallet_seconds=1.0)
         server = OpcUaLineSimulator if kind == "simulator-opcua" else LineSimulator
         return SimulatorCell(layout, server(layout, options, "127.0.0.1", port).start())
-    return IndependentCell(RegisterMapPlc(layout, "127.0.0.1", port, speed=SPEED, pallet_size=500,
-                                          pallet_seconds=1.0).start())
+    # The PLC written from the map injects its faults under the same names as SimulatorCell.
+    return RegisterMapPlc(layout, "127.0.0.1", port, speed=SPEED, pallet_size=500, pallet_seconds=1.0).start()
 
 
 class Floor(Line):
@@ -208,13 +180,20 @@ class Floor(Line):
         return order
 
 
-@pytest.fixture(params=["simulator", "simulator-opcua", "independent"])
-def floor(request, container_factory, nameko_config, engine, layout, db_url, monkeypatch):
-    # INSP1 4 s cycle: overdue after 8 s without progress (loose enough for a loaded CI machine)
-    monkeypatch.setenv("LINECTL_CYCLE_OVERDUE_FACTOR", "2")
+@pytest.fixture
+def cycle_overdue_factor():
+    """INSP1's 4 s cycle (40 ms here) is overdue after 8 s without progress: no cycle
+    a test holds is asked about before the test acts, however loaded the machine.
+    The overdue case parametrizes a shorter bound."""
+    return 2.0
+
+
+@pytest.fixture(params=["independent", "simulator-opcua"])
+def floor(request, container_factory, nameko_config, engine, layout, db_url, monkeypatch, cycle_overdue_factor):
+    monkeypatch.setenv("LINECTL_CYCLE_OVERDUE_FACTOR", str(cycle_overdue_factor))
     port = free_port()
     cell = _start_cell(request.param, layout, port)
-    config = {**nameko_config, "LINECTL_PLC_ADDRESS": getattr(cell, "address", f"127.0.0.1:{port}"),
+    config = {**nameko_config, "LINECTL_PLC_ADDRESS": cell.address,
               "LINECTL_HW_ACTION_TIMEOUT": 20.0, "LINECTL_HW_MODBUS_TIMEOUT": 2.0,
               "LINECTL_HW_RECONNECT_GRACE": 1.0, "LINECTL_STEP_TIMEOUT": 60.0}
     containers = [container_factory(HardwareService, config),
@@ -295,9 +274,9 @@ def action_jobs(floor, action):
     return row.context["jobIds"]
 
 
+# The independent PLC drops its connections only by restarting (the restart case).
+@pytest.mark.parametrize("floor", ["simulator", "simulator-opcua"], indirect=True)
 def test_a_dropped_connection_asks_nobody_and_the_order_completes(floor):
-    if not hasattr(floor.cell, "drop"):
-        pytest.skip("the independent PLC drops its connections only by restarting (the restart case)")
     order = floor.order("SHAFT-B", 3)
     floor.processing_on("MC1")
     floor.cell.clear()  # no longer held: the cycle ends while the link is down
@@ -314,6 +293,9 @@ def test_a_dropped_connection_asks_nobody_and_the_order_completes(floor):
     assert floor.rows("SELECT DISTINCT code FROM alarm") == [("PLC_DISCONNECTED",)]
 
 
+# Overdue after 2 s on INSP1, still 50 times its cycle here: the question comes without
+# waiting out the loose default bound.
+@pytest.mark.parametrize("cycle_overdue_factor", [0.5])
 def test_a_cycle_that_never_ends_is_asked_about_and_its_answer_aborts_it(floor):
     order = floor.order("SHAFT-B", 2)
     floor.processing_on("INSP1")  # and it never ends
