@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import resource
 import signal
 import sys
@@ -112,6 +113,16 @@ class GatewayServer(BaseApplication):
     def _worker_exit(self, _server, _worker):
         for app in self.apps:
             gateway_context(app).close()
+        # Its cleanup done, a forked worker ends as multiprocessing's children do,
+        # with os._exit: the interpreter's teardown touches every object inherited
+        # from the master (copy-on-write faults), 0.6 s of every stop. gunicorn
+        # calls this hook while the worker's SystemExit is on its way out.
+        leaving = sys.exc_info()[1]
+        code = leaving.code if isinstance(leaving, SystemExit) else 1
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
 
 
 # HTTP connections per worker that are not (yet) websockets: gunicorn stops

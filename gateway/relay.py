@@ -65,6 +65,7 @@ class EventRelay:
         self._lock = threading.Lock()
         self._listeners: list = []
         self._thread: threading.Thread | None = None
+        self._conn: Connection | None = None  # the consumer thread's, while it drains
         self.queue_name = f"gateway-events-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     # -- listeners ----------------------------------------------------------
@@ -97,6 +98,10 @@ class EventRelay:
 
     def stop(self) -> None:
         self._stop.set()
+        conn = self._conn
+        stopping = getattr(conn and conn.transport, "stopping", None)  # pgsql://: no drain timeout to wait out
+        if stopping is not None:
+            stopping()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -114,6 +119,7 @@ class EventRelay:
         while not self._stop.is_set():
             try:
                 with Connection(self.amqp_uri, connect_timeout=5, heartbeat=0) as conn:
+                    self._conn = conn
                     events = Queue(self.queue_name, exchange=exchange, routing_key=LINE_EVENTS,
                                    durable=False, auto_delete=True)
                     with conn.Consumer(events, callbacks=[self._on_message], accept=["json"]):

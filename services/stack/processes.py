@@ -45,5 +45,6 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
         if _exists(module):
             # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
             grace = HARDWARE_STOP_SECONDS if name == "hardware" else ProcessSpec.grace_seconds
-            specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace))
+            specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace,
+                                     takes_hangup=name == "gateway"))
     return specs

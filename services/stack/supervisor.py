@@ -2,7 +2,8 @@
 
 Each process gets its output prefixed with its name, is restarted with
 back-off when it dies, and is stopped in reverse start order (SIGTERM, then
-SIGKILL after a grace period) on Ctrl-C or SIGTERM.
+SIGKILL after a grace period) on Ctrl-C or SIGTERM. SIGHUP is passed on to the
+processes that take it (the gateway: its workers re-read the tokens file).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class ProcessSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     grace_seconds: float = 10.0
+    takes_hangup: bool = False  # SIGHUP to the supervisor is passed on to it
 
 
 class Supervised:
@@ -71,6 +73,10 @@ class Supervised:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            self.proc.send_signal(signum)
+
     def stop(self) -> None:
         if not self.alive():
             return
@@ -92,6 +98,11 @@ class Supervisor:
     def request_stop(self, *_args) -> None:
         self._stop.set()
 
+    def pass_on_hangup(self, *_args) -> None:
+        for child in self.children:
+            if child.spec.takes_hangup:
+                child.signal(signal.SIGHUP)
+
     def stopping(self) -> bool:
         return self._stop.is_set()
 
@@ -108,6 +119,7 @@ class Supervisor:
     def run(self, on_started=None) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self.pass_on_hangup)
         for child in self.children:
             child.start()
         if on_started:
