@@ -10,17 +10,15 @@ time now, as a Modbus read does. Methods (``Robot.Execute``, ``<machine>.Start``
 / ``Abort``, ``SimControl.*``) write into the model exactly as a Modbus host's
 writes would, then answer at once with ``Accepted``.
 
-Threading as for the Modbus server (services/hardware/sim/server.py): the
-asyncio loop runs in a ``threading.Thread``, green when the process is
-eventlet monkey-patched (tests), or in the foreground (``serve``).
+The lifecycle, the server-side injections (late answers, drops, restarts)
+and the model are the core's (services/hardware/sim/core.py); this is the OPC UA
+part: the tree, the tick, the methods, listening and closing connections.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +30,8 @@ from asyncua.server.binary_server_asyncio import BinaryServer
 
 from services.hardware import opcua_map as M
 from services.hardware import plc as P
-from services.hardware.sim.model import LineModel, SimOptions
+from services.hardware.sim.core import SimulatorCore
+from services.hardware.sim.model import SimOptions
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ class _PasswordUsers:
         return None
 
 
-class OpcUaLineSimulator:
+class OpcUaLineSimulator(SimulatorCore):
     """The line simulator served over OPC UA (``opc.tcp://host:port``).
 
     ``security``: ``"none"`` (the loopback default) or ``"sign-and-encrypt"``
@@ -63,6 +62,7 @@ class OpcUaLineSimulator:
     request to 50 ms); None grants what the client asks."""
 
     protocol = "opcua"
+    start_timeout = 30.0  # asyncua's address space takes a while to build
 
     def __init__(self, layout: Layout, options: SimOptions, host: str = "127.0.0.1", port: int = 4840,
                  clock: Callable[[], float] = time.monotonic, security: str = "none",
@@ -74,27 +74,22 @@ class OpcUaLineSimulator:
             raise ValueError(f"security: expected 'none' or 'sign-and-encrypt', got {security!r}")
         if security != "none" and not (user and password and cert_dir):
             raise ValueError("sign-and-encrypt needs a user name, a password and a certificate directory")
-        self.model = LineModel(layout, options, clock)
-        self.layout = layout
-        self.host, self.port = host, port
+        super().__init__(layout, options, host, port, clock)
         self.security, self.user, self.password, self.cert_dir = security, user, password, cert_dir
         self.publishing_interval = publishing_interval
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
-        self._stopping: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = None
-        self._error: BaseException | None = None
         self._idx = 0
         self._published: dict[str, object] = {}
         self._signals = M.signals(layout)
         self._program_state: dict[str, str] = {}
-        self._down_until = 0.0
         self.server_certificate: bytes | None = None  # DER, once started secured
 
     @property
     def address(self) -> str:
         return f"opc.tcp://{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        return f"{super().describe()}, security {self.security}"
 
     # -- the tree --------------------------------------------------------------
 
@@ -188,13 +183,7 @@ class OpcUaLineSimulator:
                 self._published[key] = value
                 await self._server.write_attribute_value(
                     self._node(key), ua.DataValue(ua.Variant(value, getattr(ua.VariantType, types[key]))))
-        model = self.model
-        if model.drop_request_ms:
-            ms, model.drop_request_ms = model.drop_request_ms, 0
-            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._drop(ms / 1000)))
-        if model.restart_request_ms:
-            ms, model.restart_request_ms = model.restart_request_ms, 0
-            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self._restart(ms / 1000)))
+        self._after_request()
 
     async def _before_read(self, event, _dispatcher) -> None:
         """A Read of the cell's variables sees the model's time now, as a Modbus read
@@ -207,8 +196,7 @@ class OpcUaLineSimulator:
 
     def _method(self, handler, device: str):
         async def call(parent, *args):
-            if self.model.response_delay_ms:  # as the Modbus server answers late
-                await asyncio.sleep(self.model.response_delay_ms / 1000)
+            await self._answer_late()
             self.model.advance()
             try:
                 outputs = handler(device, *[a.Value for a in args])
@@ -304,37 +292,6 @@ class OpcUaLineSimulator:
         await bserver.start()
         self._server.bserver = bserver
 
-    async def _drop(self, seconds: float) -> None:
-        log.info("sim: dropping every connection for %.2fs (injected)", seconds)
-        await self._close_connections()
-        self._down_until = time.monotonic() + seconds
-
-    async def _restart(self, seconds: float) -> None:
-        log.info("sim: PLC restart, down for %.2fs (injected)", seconds)
-        self.model.restart_registers()
-        await self._drop(seconds)
-
-    def restart(self, seconds: float, timeout: float = 10.0) -> None:
-        """Restart as a PLC does, from the test's side: returns once every connection
-        is dropped; new ones are refused for ``seconds``, then the registers are
-        those of deploy/REGISTER_MAP.md "PLC restart"."""
-        asyncio.run_coroutine_threadsafe(self._restart(seconds), self._loop).result(timeout)
-
-    def _on_loop(self, fn, *args, timeout: float = 10.0) -> None:
-        async def call():
-            fn(*args)
-
-        asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
-
-    def fault(self, equipment_id: str) -> None:
-        self._on_loop(self.model.machine_fault, equipment_id)
-
-    def emergency_stop(self) -> None:
-        self._on_loop(self.model.emergency_stop)
-
-    def clear(self) -> None:
-        self._on_loop(self.model.clear_faults)
-
     # -- running ---------------------------------------------------------------
 
     async def _configure(self, server: Server) -> None:
@@ -358,9 +315,7 @@ class OpcUaLineSimulator:
         server.set_identity_tokens([ua.UserNameIdentityToken])
         server.iserver.set_user_manager(_PasswordUsers(self.user, self.password))
 
-    async def run(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+    async def _serve(self) -> None:
         server = self._server = Server()
         # asyncua builds its standard address space as ~500k objects: with the
         # collector on, each of its passes scans them all (seconds of start-up).
@@ -374,49 +329,18 @@ class OpcUaLineSimulator:
             if collecting:
                 gc.enable()
         await server.start()
-        log.info("sim: OPC UA server on %s (speed %sx, security %s)", self.address,
-                 self.model.options.speed, self.security)
-        self._ready.set()
+        self._listening()
         try:
             while not self._stopping.is_set():
-                if self._server.bserver is None and time.monotonic() >= self._down_until:
+                if server.bserver is None and not self._down_for():
                     try:
                         await self._listen()
                     except OSError:  # the port is not free yet: again next tick
                         pass
                 await self._publish()
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), TICK)
-                except TimeoutError:
-                    pass
+                await self._pause(TICK)
         finally:
             await server.stop()
-
-    def serve(self) -> None:
-        """Run in the foreground until interrupted."""
-        asyncio.run(self.run())
-
-    def start(self, timeout: float = 30.0) -> OpcUaLineSimulator:
-        """Run in a background thread (green under eventlet); returns once it listens."""
-
-        def target():
-            try:
-                asyncio.run(self.run())
-            except BaseException as exc:  # reported to start()'s caller
-                self._error = exc
-                self._ready.set()
-
-        self._thread = threading.Thread(target=target, name=f"sim-opcua-{self.port}", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout) or self._error:
-            raise RuntimeError(f"OPC UA simulator did not start on {self.address}: {self._error}")
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout)
 
 
 def _publish_no_faster(server: Server, interval_ms: float) -> None:

@@ -1,0 +1,126 @@
+"""A server on its own asyncio loop, as a PLC runs: started in a thread (tests)
+or in the foreground (``linectl sim``), stopped, and down for a while when a
+drop or a restart is played. Knows no protocol and no register map: a
+protocol's part overrides :meth:`LoopServer._serve` and
+:meth:`LoopServer._close_connections`.
+
+In a process eventlet monkey-patched (tests, next to nameko containers) the
+thread is a green thread: asyncio's selector is then eventlet's, so the loop
+yields to the hub while it waits. A real OS thread would not do there: it would
+share eventlet's green locks (logging's, for one) with the hub's thread, and a
+contended green lock cannot wake a waiter in another OS thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class LoopServer:
+    start_timeout = 10.0  # seconds start() waits for the server to listen
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._down_until = 0.0  # monotonic time before which no connection is accepted
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        """What serves, for the log and errors."""
+        return type(self).__name__
+
+    # -- the protocol's part ---------------------------------------------------
+
+    async def _serve(self) -> None:
+        """Serve until ``self._stopping`` is set, listening again after a drop once
+        :meth:`_down_for` is 0; call :meth:`_listening` once the port listens."""
+        raise NotImplementedError
+
+    async def _close_connections(self) -> None:
+        """Stop listening and close every connection."""
+        raise NotImplementedError
+
+    # -- running ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        await self._serve()
+
+    def serve(self) -> None:
+        """Run in the foreground until interrupted."""
+        asyncio.run(self.run())
+
+    def start(self, timeout: float | None = None):
+        """Run in a background thread (green under eventlet, see above); returns
+        once the port listens."""
+
+        def target():
+            try:
+                asyncio.run(self.run())
+            except BaseException as exc:  # reported to start()'s caller
+                self._error = exc
+                self._ready.set()
+
+        self._thread = threading.Thread(target=target, name=f"{type(self).__name__}-{self.port}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout or self.start_timeout) or self._error:
+            raise RuntimeError(f"{self.describe()} did not start on {self.address}: {self._error}")
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._loop is None or self._thread is None:
+            return
+
+        async def stop():
+            self._stopping.set()
+            await self._close_connections()
+
+        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(stop()))
+        self._thread.join(timeout)
+
+    def _listening(self) -> None:
+        if not self._ready.is_set():
+            log.info("%s on %s", self.describe(), self.address)
+            self._ready.set()
+
+    def _on_loop(self, fn: Callable, *args, timeout: float = 10.0):
+        """Run ``fn`` on the server's loop (every state change happens there), wait
+        for it and return its result."""
+
+        async def call():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
+
+    # -- down time -------------------------------------------------------------
+
+    async def drop_connections(self, seconds: float) -> None:
+        """Every connection dropped; none accepted for ``seconds``."""
+        self._down_until = time.monotonic() + seconds
+        await self._close_connections()
+
+    def _down_for(self) -> float:
+        """Seconds before a connection may be accepted again (0: now)."""
+        return max(0.0, self._down_until - time.monotonic())
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the server stops meanwhile."""
+        if seconds > 0 and not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), seconds)
+            except TimeoutError:
+                pass
