@@ -1,22 +1,22 @@
 """A PLC for the tests written from deploy/REGISTER_MAP.md alone.
 
-It imports neither the simulator (services/hardware/sim) nor the offsets of
-services/hardware/plc: every offset below is copied from the document, so a
-drift between the map and the code that claims to follow it fails a test. The
-layout (deploy/line.yaml, through shared.layout) gives the base addresses and
-station numbers, as the map says.
+It imports neither the simulator's cell model (services/hardware/sim: model
+and its parts) nor the offsets of services/hardware/plc: every offset and every
+rule below is copied from the document, so a drift between the map and the code
+that claims to follow it fails a test. The layout (deploy/line.yaml, through
+shared.layout) gives the base addresses and station numbers, as the map says.
 
 The cell is small: a robot whose moves take the map's durations, a dock that
 gets pallets, a buffer table, and machines whose cycles run on asyncio timers
 (batch machines all started slots at once, the others one slot after another).
 Faults are Python methods, not registers: this PLC has no simulator control
-block. The server is pymodbus' ``ModbusTcpServer`` over a ``SimDevice`` (the
-datastore of pymodbus 3.x; its older ``ModbusDeviceContext`` is a deprecated
-wrapper of the same) whose request hook applies writes and reacts to strobes.
+block.
 
-Its asyncio loop runs in a ``threading.Thread``: under eventlet's monkey-patch
-(the test suite) that is a green thread, the only kind in which an asyncio
-loop and the rest of the process share eventlet's hub and locks.
+What it shares with the product's simulator is the socket plumbing only:
+services/hardware/sim/modbus_transport.py serves a register image over Modbus
+TCP on an asyncio loop in a thread (pymodbus' server, start, stop, down time),
+knowing no offset and no rule of the map. Its request hook, :meth:`_on_request`,
+is this PLC's own: it applies writes and reacts to strobes as the map says.
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 from dataclasses import dataclass, field
 
-from pymodbus.server import ModbusTcpServer
-from pymodbus.simulator import DataType, SimData, SimDevice
-
+from services.hardware.sim.modbus_transport import ModbusTransport
 from shared.layout import EquipmentRegisters, EquipmentSpec, Layout
 
 log = logging.getLogger(__name__)
@@ -90,13 +87,13 @@ class Cell:
     hung_end_waiting: bool = False  # a hung cycle's end, run by clear()
 
 
-class RegisterMapPlc:
+class RegisterMapPlc(ModbusTransport):
     def __init__(self, layout: Layout, host: str, port: int, speed: float = 200.0, scrap_rate: float = 0.0,
                  *, pallet_size: int = 4, pallet_seconds: float = 30.0, seed: int | None = None):
         if layout.plc is None:
             raise ValueError("the layout has no plc: register map")
+        super().__init__(host, port)
         self.layout, self.map = layout, layout.plc
-        self.host, self.port = host, port
         self.speed, self.scrap_rate = speed, scrap_rate
         self.pallet_size, self.pallet_seconds = pallet_size, pallet_seconds
         self.rng = random.Random(seed)
@@ -112,76 +109,15 @@ class RegisterMapPlc:
         self._robot_hang_next = False
         self._robot_hung = False  # the action being executed waits for clear()
         self._pallet_timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: ModbusTcpServer | None = None
-        self._stopping: asyncio.Event | None = None
-        self._down_for = 0.0
-        self._listening = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._pallet_arrives()
 
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+    # -- served over Modbus TCP (services/hardware/sim/modbus_transport.py) -------
 
-    # -- lifecycle -------------------------------------------------------------
+    def _unit_id(self) -> int:
+        return self.map.unit_id
 
-    def start(self, timeout: float = 10.0) -> RegisterMapPlc:
-        """Serve in a background thread; returns once the port listens."""
-
-        def run():
-            try:
-                asyncio.run(self._serve())
-            except BaseException as exc:  # reported to start()'s caller
-                self._error = exc
-                self._listening.set()
-
-        self._thread = threading.Thread(target=run, name=f"register-map-plc-{self.port}", daemon=True)
-        self._thread.start()
-        if not self._listening.wait(timeout) or self._error:
-            raise RuntimeError(f"register-map PLC did not start on {self.address}: {self._error}")
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._loop is None or self._thread is None:
-            return
-
-        async def stop():
-            self._stopping.set()
-            await self._server.shutdown()
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop)
-        self._thread.join(timeout)
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        device = SimDevice(id=self.map.unit_id, action=self._on_request,
-                           simdata=[SimData(address=0, count=len(self.regs), datatype=DataType.REGISTERS)])
-        while not self._stopping.is_set():
-            self._down_for = 0.0
-            self._server = ModbusTcpServer(device, address=(self.host, self.port))
-            serving = asyncio.ensure_future(self._server.serve_forever())
-            while self._server.transport is None and not serving.done():
-                await asyncio.sleep(0.01)
-            if serving.done():
-                serving.result()  # could not listen: raises
-            self._listening.set()
-            await serving
-            if self._down_for and not self._stopping.is_set():
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), self._down_for)
-                except TimeoutError:
-                    pass
-
-    def _in_loop(self, fn, *args, timeout: float = 10.0):
-        """Run ``fn`` on the PLC's loop (all state changes happen there) and wait for it."""
-
-        async def call():
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout)
+    def _register_count(self) -> int:
+        return len(self.regs)
 
     def _later(self, seconds: float, fn, *args) -> asyncio.TimerHandle:
         return self._loop.call_later(seconds / self.speed, fn, *args)
@@ -190,23 +126,23 @@ class RegisterMapPlc:
 
     def fault(self, equipment_id: str, code: int = MACHINE_FAULT) -> None:
         """The machine faults now: FAULT = code, its cycles abort (pieces stay)."""
-        self._in_loop(self._fault, self.cells[equipment_id], code)
+        self._on_loop(self._fault, self.cells[equipment_id], code)
 
     def hang(self, equipment_id: str) -> None:
         """The machine's cycles never end until clear()."""
-        self._in_loop(setattr, self.cells[equipment_id], "hung", True)
+        self._on_loop(setattr, self.cells[equipment_id], "hung", True)
 
     def robot_hang(self) -> None:
         """The next robot action is acknowledged and stays in flight until clear()
         (then it is made), an emergency stop or a restart."""
-        self._in_loop(setattr, self, "_robot_hang_next", True)
+        self._on_loop(setattr, self, "_robot_hang_next", True)
 
     def emergency_stop(self) -> None:
-        self._in_loop(self._emergency_stop)
+        self._on_loop(self._emergency_stop)
 
     def clear(self) -> None:
         """Every fault and the emergency stop gone; hung cycles end now."""
-        self._in_loop(self._clear)
+        self._on_loop(self._clear)
 
     def restart(self, seconds: float) -> None:
         """Restart: every connection dropped, none accepted for ``seconds``, then
@@ -215,8 +151,7 @@ class RegisterMapPlc:
 
         async def go():
             self._reset_registers()
-            self._down_for = seconds
-            await self._server.shutdown()
+            await self.drop_connections(seconds)
 
         asyncio.run_coroutine_threadsafe(go(), self._loop).result(10.0)
 
@@ -520,4 +455,4 @@ class RegisterMapPlc:
     # -- for tests -------------------------------------------------------------
 
     def registers(self, address: int, count: int) -> list[int]:
-        return self._in_loop(lambda: self.regs[address:address + count])
+        return self._on_loop(lambda: self.regs[address:address + count])
