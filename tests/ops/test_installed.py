@@ -51,9 +51,11 @@ def test_the_installed_units_verify_and_the_env_file_is_usable(installed):
     env_file = installed / "etc" / "linectl" / "linectl.env"
     values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
                   if line and not line.startswith("#"))
-    settings = load_settings({"LINECTL_TOKENS": values["LINECTL_TOKENS"]})  # generated: accepted
+    tokens_file = installed / values["LINECTL_TOKENS_FILE"].lstrip("/")
+    settings = load_settings({"LINECTL_TOKENS_FILE": str(tokens_file)})  # generated: accepted
     assert {h.role for h in settings.tokens.values()} == {"operator", "admin", "runtime", "platform"}
     assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+    assert oct(tokens_file.stat().st_mode & 0o777) == "0o600"
     units = sorted((installed / "etc" / "systemd" / "system").glob("linectl*"))
     assert {u.name for u in units} >= {"linectl.target", "linectl-retention.timer", "linectl-gateway.service"}
     for unit in units:  # every ExecStart names a program the venv has
