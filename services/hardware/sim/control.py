@@ -6,8 +6,10 @@ the tests and the benchmark; :func:`sim_control` picks by address."""
 
 from __future__ import annotations
 
+from services.hardware import opcua_map as M
 from services.hardware import plc as P
-from services.hardware.plc import PlcLink
+from services.hardware.device.opcua import OpcUaPort
+from services.hardware.plc import PlcLink, parse_address
 from shared.layout import Layout
 
 
@@ -73,14 +75,10 @@ class OpcUaSimControl:
     simulator's ``SimControl`` object (through the hardware service's own driver)."""
 
     def __init__(self, layout: Layout, url: str, options: dict | None = None):
-        from services.hardware.device.opcua import OpcUaPort
-
         self.layout = layout
         self.port = OpcUaPort(url, layout, timeout=10.0, options=options)
 
     def _call(self, name: str, *args) -> None:
-        from services.hardware import opcua_map as M
-
         self.port.call(M.default_node_id(M.SIM_CONTROL), M.default_node_id(f"{M.SIM_CONTROL}.{name}"), list(args))
 
     def robot_error(self, code: int = 3) -> None:
@@ -124,7 +122,5 @@ def sim_control(layout: Layout, address: str, options: dict | None = None):
     """The control client for a simulator at ``address`` (``host:port`` or ``opc.tcp://…``)."""
     if address.startswith("opc.tcp://"):
         return OpcUaSimControl(layout, address, options)
-    from services.hardware.plc import parse_address
-
     host, port = parse_address(address)
     return SimControl(layout, host, port)

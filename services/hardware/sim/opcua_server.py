@@ -30,6 +30,7 @@ from asyncua.server.binary_server_asyncio import BinaryServer
 
 from services.hardware import opcua_map as M
 from services.hardware import plc as P
+from services.hardware.opcua_certs import ensure_certificate
 from services.hardware.sim.core import SimulatorCore
 from services.hardware.sim.model import SimOptions
 from shared.layout import Layout
@@ -305,8 +306,6 @@ class OpcUaLineSimulator(SimulatorCore):
             server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
             server.set_identity_tokens([ua.AnonymousIdentityToken])
             return
-        from services.hardware.opcua_certs import ensure_certificate
-
         cert, key = ensure_certificate(self.cert_dir, "linectl-sim", "urn:linectl:sim", server=True)
         self.server_certificate = cert
         await server.load_certificate(cert, "der")
