@@ -16,10 +16,14 @@ target_metadata = Base.metadata
 DEFAULT_LOCK_TIMEOUT = "5s"
 
 
-def _lock_timeout(connection) -> None:
+def _lock_timeout(connection, *, session: bool = False) -> None:
+    """``session``: for the connection's life, which is the upgrade's own (a migration's
+    autocommit block, an online index build, commits the transaction and begins another:
+    a setting local to the first would be gone for the rest). Otherwise local to the
+    migrations' transaction, so a caller's connection's next user is unaffected."""
     timeout = config.get_main_option("lock_timeout") or DEFAULT_LOCK_TIMEOUT
-    # Local to the migrations' transaction: the connection's next user is unaffected.
-    connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": timeout})
+    connection.execute(text("SELECT set_config('lock_timeout', :t, :local)"),
+                       {"t": timeout, "local": not session})
 
 
 def _url() -> str:
@@ -53,7 +57,7 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
-            _lock_timeout(connection)
+            _lock_timeout(connection, session=True)
             context.run_migrations()
     engine.dispose()
 

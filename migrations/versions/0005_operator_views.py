@@ -13,7 +13,34 @@ _NEW_ALARM = "status IN ('RAISED', 'ACKNOWLEDGED', 'SHELVED', 'CLEARED')"
 _MACHINE_STATES = "state IN ('PROCESSING', 'IDLE', 'WAITING_UNLOAD', 'FAULT')"
 
 
+# Indexes on tables the running line writes, built without blocking its writes
+# (CREATE INDEX CONCURRENTLY, outside a transaction): name, table, columns, options.
+# Indexes of the tables this revision creates are built with them: nothing uses those yet.
+ONLINE_INDEXES = (
+    ('ix_alarm_raised_at', 'alarm', ['raised_at'], {}),
+    ('ix_job_finished_at', 'job', ['finished_at'],
+     {'postgresql_where': sa.text('finished_at IS NOT NULL')}),
+    # A batch task names its first job in job_id and every job in params.jobIds.
+    ('ix_task_job_ids', 'task', [sa.text("(params -> 'jobIds')")], {'postgresql_using': 'gin'}),
+    ('ix_ai_runtime_job_finished_at', 'ai_runtime_job', ['finished_at'],
+     {'postgresql_where': sa.text('finished_at IS NOT NULL')}),
+    ('ix_ai_runtime_job_retried_from_job_id', 'ai_runtime_job', ['retried_from_job_id'],
+     {'postgresql_where': sa.text('retried_from_job_id IS NOT NULL')}),
+)
+
+
+def _build_online_indexes() -> None:
+    """First in this revision, so a failure here leaves nothing else of it done (the
+    autocommit block commits what ran before: the earlier revisions). A build that
+    failed leaves an invalid index of its name behind: dropped and built again."""
+    with op.get_context().autocommit_block():
+        for name, table, columns, options in ONLINE_INDEXES:
+            op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+            op.create_index(name, table, columns, postgresql_concurrently=True, **options)
+
+
 def upgrade() -> None:
+    _build_online_indexes()
     op.create_table(
         'machine_state_interval',
         sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),
@@ -59,19 +86,10 @@ def upgrade() -> None:
     op.add_column('alarm', sa.Column('shelved_at', sa.DateTime(timezone=True), nullable=True))
     # The status an alarm returns to when its shelf time is up (RAISED or ACKNOWLEDGED).
     op.add_column('alarm', sa.Column('status_before_shelve', sa.String(length=16), nullable=True))
-    op.create_index('ix_alarm_raised_at', 'alarm', ['raised_at'])
+    # In the transaction: it holds alarm's exclusive lock already (the new columns, the
+    # re-checked status constraint), and no row is SHELVED yet (docs/operations.md, "Upgrades").
     op.create_index('ix_alarm_shelved_until', 'alarm', ['shelved_until'],
                     postgresql_where=sa.text("status = 'SHELVED'"))
-
-    op.create_index('ix_job_finished_at', 'job', ['finished_at'],
-                    postgresql_where=sa.text('finished_at IS NOT NULL'))
-    # A batch task names its first job in job_id and every job in params.jobIds.
-    op.create_index('ix_task_job_ids', 'task', [sa.text("(params -> 'jobIds')")],
-                    postgresql_using='gin')
-    op.create_index('ix_ai_runtime_job_finished_at', 'ai_runtime_job', ['finished_at'],
-                    postgresql_where=sa.text('finished_at IS NOT NULL'))
-    op.create_index('ix_ai_runtime_job_retried_from_job_id', 'ai_runtime_job', ['retried_from_job_id'],
-                    postgresql_where=sa.text('retried_from_job_id IS NOT NULL'))
 
 
 def downgrade() -> None:
