@@ -241,7 +241,7 @@ class RegisterMapPlc(ModbusTransport):
 
     def _move(self, code: int, command: list[int]) -> None:
         """Make the move (all checks first: a refused move moves nothing)."""
-        r, regs = self.map.robot_base, self.regs
+        regs = self.regs
         src = (command[Robot.SRC_STATION], command[Robot.SRC_SLOT])
         dst = (command[Robot.DST_STATION], command[Robot.DST_SLOT])
         job = (command[Robot.JOB_ID] << 16) | command[Robot.JOB_ID + 1]
@@ -288,27 +288,36 @@ class RegisterMapPlc(ModbusTransport):
             self._empty_slot(slot)
             regs[target] = 1
         elif code == SWAP:
-            cell, slot = self._slot_address(*src)
-            unload_to = self._buffer_address(*dst)
-            load_from = self._buffer_address(self.map.buffer_station, command[Robot.AUX_SLOT])
-            if unload_to == load_from:
-                raise Refused(INVALID)
-            if not regs[slot + Machine.OCCUPIED] or not regs[load_from]:
-                raise Refused(NO_PIECE)
-            self._machine_accessible(cell, slot)
-            if regs[unload_to]:
-                raise Refused(OCCUPIED)
-            regs[unload_to], regs[load_from] = 1, 0
-            self._put_in_slot(slot, job2)
+            self._swap(src, dst, command[Robot.AUX_SLOT], job2)
         elif code in (SCAN, MARK):
-            if not regs[self._buffer_address(*src)]:
-                raise Refused(NO_PIECE)
-            if code == SCAN:
-                self._write_text(r + Robot.TEXT_OUT, f"RM-{job or self.rng.randrange(1, 10**6):08d}")
-            else:
-                text = command[Robot.TEXT_IN:Robot.TEXT_IN + Robot.TEXT_LEN]
-                raw = b"".join(bytes([v >> 8, v & 0xFF]) for v in text)
-                self.marks.append((src[1], raw.rstrip(b"\0").decode("ascii", errors="replace")))
+            self._tool_step(code, src, job, command)
+
+    def _swap(self, src: tuple[int, int], dst: tuple[int, int], aux_slot: int, job2: int) -> None:
+        """The machine's piece onto buffer slot ``dst``, the piece on ``aux_slot`` into the machine."""
+        regs = self.regs
+        cell, slot = self._slot_address(*src)
+        unload_to = self._buffer_address(*dst)
+        load_from = self._buffer_address(self.map.buffer_station, aux_slot)
+        if unload_to == load_from:
+            raise Refused(INVALID)
+        if not regs[slot + Machine.OCCUPIED] or not regs[load_from]:
+            raise Refused(NO_PIECE)
+        self._machine_accessible(cell, slot)
+        if regs[unload_to]:
+            raise Refused(OCCUPIED)
+        regs[unload_to], regs[load_from] = 1, 0
+        self._put_in_slot(slot, job2)
+
+    def _tool_step(self, code: int, src: tuple[int, int], job: int, command: list[int]) -> None:
+        """SCAN or MARK a piece on a buffer slot: nothing moves."""
+        if not self.regs[self._buffer_address(*src)]:
+            raise Refused(NO_PIECE)
+        if code == SCAN:
+            self._write_text(self.map.robot_base + Robot.TEXT_OUT, f"RM-{job or self.rng.randrange(1, 10**6):08d}")
+        else:
+            text = command[Robot.TEXT_IN:Robot.TEXT_IN + Robot.TEXT_LEN]
+            raw = b"".join(bytes([v >> 8, v & 0xFF]) for v in text)
+            self.marks.append((src[1], raw.rstrip(b"\0").decode("ascii", errors="replace")))
 
     def _machine_accessible(self, cell: Cell, slot: int) -> None:
         """A slot the robot may load: the machine not faulted, the slot not in its cycle."""
