@@ -170,6 +170,13 @@ def outcome(container, received, method, *args, **kwargs) -> tuple[str, dict]:
     return received.result(answer["actionId"])
 
 
+def more_polls(watcher, n: int, timeout: float = 20.0) -> None:
+    """Until the watcher has looked at the PLC ``n`` more times (Modbus polls every
+    0.1 s; over OPC UA a look without a change comes every 0.5 s)."""
+    polls = watcher.polls
+    wait_for(lambda: watcher.polls >= polls + n, timeout, message=f"{n} more polls of the watcher")
+
+
 def settle(watcher, expect: int = 0, first_wait: float = 1.0, quiet: float = 0.15, timeout: float = 15.0) -> list:
     """The watcher's signals until the PLC is quiet: everything one change brings,
     whether the port polls (Modbus) or is notified, maybe in several pictures (OPC UA).

@@ -7,7 +7,7 @@ from services.hardware import plc as P
 from services.hardware.service import HardwareService
 from services.hardware.sim.model import SimOptions
 from shared import events as ev
-from tests.hardware.conftest import PROTOCOLS, SPEED, call, line_of, outcome, plc_address, start_simulator
+from tests.hardware.conftest import PROTOCOLS, SPEED, call, line_of, more_polls, outcome, plc_address, start_simulator
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
@@ -70,14 +70,15 @@ def test_machine_fault_fails_the_start_until_cleared(hardware, received, control
     received.wait(ev.MACHINE_DONE, machineId="MC2", slotNo=1, jobId=3)
 
 
-def test_a_machine_that_never_reports_done(hardware, received, control):
+def test_a_machine_that_never_reports_done(hardware, received, control, sim, layout):
     outcome(hardware, received, "dock_to_buffer", "d", 1, job_id=4)
     outcome(hardware, received, "buffer_to_equipment", "l", 1, "MC1", 1, job_id=4)
     control.machine_hang("MC1")
     assert outcome(hardware, received, "start_machine", "s", "MC1")[0] == ev.MACHINE_START_SUCCEEDED
-    watcher = line_of(hardware).watcher
-    polls = watcher.polls
-    wait_for(lambda: watcher.polls >= polls + 10, 20)  # many cycle lengths later
+    # ten cycle lengths on the PLC's clock (0.6 s here), then the watcher looked twice more
+    ten_cycles = sim.model.now() + 10 * layout.equipment_by_id("MC1").cycle_seconds
+    wait_for(lambda: sim.model.now() >= ten_cycles, 20, message="ten cycle lengths")
+    more_polls(line_of(hardware).watcher, 2)
     assert received.of(ev.MACHINE_DONE) == []
     mc1 = next(e for e in call(hardware, "plc_state")["equipment"] if e["id"] == "MC1")
     assert mc1["running"] is True and mc1["slots"][0]["done"] is False
@@ -131,8 +132,11 @@ def late_port():
 
 def test_no_plc_at_start_then_it_appears(container_factory, nameko_config, received, layout,
                                          sim_options, late_port, protocol):
+    # A 1 s request timeout: the OPC UA driver waits three of them at start-up for a
+    # first session (6 s at the default 2 s) before it answers that the PLC is away.
     config = {**nameko_config, "LINECTL_PLC_ADDRESS": plc_address(protocol, late_port),
-              "LINECTL_HW_ACTION_TIMEOUT": 3.0, "LINECTL_HW_RECONNECT_GRACE": 0.5}
+              "LINECTL_HW_ACTION_TIMEOUT": 3.0, "LINECTL_HW_RECONNECT_GRACE": 0.5,
+              "LINECTL_HW_MODBUS_TIMEOUT": 1.0}
     container = container_factory(HardwareService, config)
     container.start()
     assert received.wait(ev.PLC_CONNECTION, connected=False)["error"]

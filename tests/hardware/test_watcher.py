@@ -8,7 +8,7 @@ from nameko.testing.services import entrypoint_hook
 from services.hardware.device import open_port
 from services.hardware.watcher import SignalWatcher
 from shared import events as ev
-from tests.hardware.conftest import PROTOCOLS, line_of, settle
+from tests.hardware.conftest import PROTOCOLS, line_of, more_polls, settle
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -26,9 +26,7 @@ def test_done_edges_are_reported_once_each(hardware, received, sim):
     run(hardware, received, "start_machine", "s", "MC1", {1: 11, 2: 12})
     received.wait(ev.MACHINE_DONE, jobId=11)
     received.wait(ev.MACHINE_DONE, jobId=12)
-    watcher = line_of(hardware).watcher
-    polls = watcher.polls
-    wait_for(lambda: watcher.polls >= polls + 10, 20)
+    more_polls(line_of(hardware).watcher, 3)  # each sees the slots still done
     done = received.of(ev.MACHINE_DONE)
     assert [(d["slotNo"], d["jobId"]) for d in done] == [(1, 11), (2, 12)]
     assert len(received.of(ev.PALLET_ARRIVED)) == 1
