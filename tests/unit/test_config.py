@@ -142,10 +142,16 @@ def test_weak_or_placeholder_tokens_are_refused(raw, why):
 
 
 def test_the_example_env_file_is_refused_as_it_ships():
+    """Its tokens are a file install.sh writes; its LINECTL_TOKENS alternative holds no real token."""
     example = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "linectl.env.example"
-    line = next(x for x in example.read_text().splitlines() if x.startswith("LINECTL_TOKENS="))
-    with pytest.raises(SettingsError, match="placeholder"):
-        load_settings({"LINECTL_TOKENS": line.split("=", 1)[1]})
+    lines = example.read_text().splitlines()
+    tokens_file = next(x for x in lines if x.startswith("LINECTL_TOKENS_FILE=")).split("=", 1)[1]
+    assert not Path(tokens_file).exists()
+    with pytest.raises(SettingsError, match=f"LINECTL_TOKENS_FILE: cannot read {tokens_file}"):
+        load_settings({"LINECTL_TOKENS_FILE": tokens_file})
+    alternative = next(x for x in lines if x.startswith("# LINECTL_TOKENS="))
+    with pytest.raises(SettingsError, match="shorter than"):
+        load_settings({"LINECTL_TOKENS": alternative.split("=", 1)[1]})
 
 
 def test_a_tokens_file_is_read_with_comments_and_one_pair_a_line(tmp_path):

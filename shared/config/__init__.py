@@ -1,0 +1,45 @@
+"""Every ``LINECTL_*`` setting, read and validated in one place.
+
+The same :class:`Settings` feeds the nameko services (``nameko_config``), the
+gateway (``create_app(settings)``), Alembic (``shared.db.migrate``) and the
+``linectl`` command. Values come from the environment; a YAML file named by
+``LINECTL_CONFIG`` may provide defaults (the environment wins).
+
+A bad value raises :class:`SettingsError` whose message is one line naming the
+variable; ``linectl`` prints it and exits with status 2.
+
+One module per area, each with its fields, what is derived from them and their
+parsers: ``database``, ``transport`` (and the nameko config), ``line`` (data
+directory, layout, logging, the loop's timings), ``gateway``, ``plc`` (the PLC,
+its protocol, the simulator), ``tokens``, ``ai``, ``retention``; ``settings``
+joins them and reads them; ``parse`` holds the shared parsers.
+"""
+
+from .ai import AiSettings
+from .database import DatabaseSettings, mask_url
+from .gateway import GatewaySettings
+from .line import LAYOUT_NAME, LineSettings, default_line_file
+from .parse import PREFIX, SettingsError
+from .plc import PlcSettings
+from .retention import MAX_RETENTION_DAYS, RetentionSettings
+from .settings import Settings, load_settings
+from .tokens import (
+    MIN_TOKEN_LENGTH,
+    PLACEHOLDER_MARKERS,
+    ROLES,
+    TokenHolder,
+    TokenSettings,
+    ensure_tokens,
+    parse_tokens,
+    parse_tokens_file,
+    read_tokens_file,
+)
+from .transport import TransportSettings, nameko_config
+
+__all__ = [
+    "AiSettings", "DatabaseSettings", "GatewaySettings", "LAYOUT_NAME", "LineSettings", "MAX_RETENTION_DAYS",
+    "MIN_TOKEN_LENGTH", "PLACEHOLDER_MARKERS", "PREFIX", "PlcSettings", "ROLES", "RetentionSettings",
+    "Settings", "SettingsError", "TokenHolder", "TokenSettings", "TransportSettings", "default_line_file",
+    "ensure_tokens", "load_settings", "mask_url", "nameko_config", "parse_tokens", "parse_tokens_file",
+    "read_tokens_file",
+]

@@ -1,0 +1,102 @@
+"""PLC and simulator settings: where the hardware service finds the PLC, which
+field protocol it speaks (Modbus TCP or OPC UA, with OPC UA's security), and
+the simulator that plays the PLC when ``LINECTL_PLC=sim``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .parse import PREFIX, SettingsError, parse_choice, parse_float, parse_int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlcSettings:
+    plc: str = "sim"
+    sim_host: str = "127.0.0.1"
+    sim_port: int = 5020
+    sim_speed: float = 1.0
+    # What the simulator speaks when LINECTL_PLC=sim: "modbus" or "opcua".
+    sim_protocol: str = "modbus"
+    # OPC UA client (deploy/OPCUA_MAP.md, "Security"): "" picks "none" for the
+    # simulator on loopback and "sign-and-encrypt" (Basic256Sha256) for a real PLC.
+    opcua_security: str = ""
+    opcua_user: str | None = None
+    opcua_password: str | None = None
+    # The client's certificate and key (PEM); unset -> generated once into <data_dir>/opcua/.
+    opcua_cert: Path | None = None
+    opcua_key: Path | None = None
+    # The server certificate to trust (PEM or DER); unset -> the one the server presents.
+    opcua_server_cert: Path | None = None
+
+    @property
+    def plc_address(self) -> tuple[str, int]:
+        """Where the hardware service finds the PLC (the simulator when ``sim``)."""
+        if self.plc == "sim":
+            return self.sim_host, self.sim_port
+        if self.plc.startswith("opc.tcp://"):
+            netloc = urlsplit(self.plc).netloc
+            host, _, port = netloc.rpartition(":")
+            return host.strip("[]"), int(port)
+        host, _, port = self.plc.rpartition(":")
+        return host, int(port)
+
+    @property
+    def plc_protocol(self) -> str:
+        """"modbus" or "opcua": what the hardware service speaks to the PLC."""
+        if self.plc == "sim":
+            return self.sim_protocol
+        return "opcua" if self.plc.startswith("opc.tcp://") else "modbus"
+
+    @property
+    def plc_url(self) -> str:
+        """The device port's address: ``host:port`` (Modbus) or ``opc.tcp://…``."""
+        if self.plc != "sim":
+            return self.plc
+        if self.sim_protocol == "opcua":
+            return f"opc.tcp://{self.sim_host}:{self.sim_port}"
+        return f"{self.sim_host}:{self.sim_port}"
+
+    @property
+    def opcua_security_mode(self) -> str:
+        """"none" or "sign-and-encrypt": the configured one, else None only for the simulator."""
+        if self.opcua_security:
+            return self.opcua_security
+        return "none" if self.plc == "sim" else "sign-and-encrypt"
+
+
+def _plc(name: str, raw: str) -> str:
+    raw = raw.strip()
+    if raw == "sim":
+        return raw
+    expected = "expected 'sim', host:port (Modbus TCP) or opc.tcp://host:port[/path] (OPC UA)"
+    if "://" in raw:
+        parts = urlsplit(raw)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "opc.tcp" or not parts.hostname or port is None or parts.query or parts.fragment:
+            raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
+        return raw
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
+    parse_int(name, port, 1, 65535)
+    return raw
+
+
+PARSERS = {
+    "PLC": ("plc", _plc),
+    "SIM_HOST": ("sim_host", lambda n, r: r.strip()),
+    "SIM_PORT": ("sim_port", lambda n, r: parse_int(n, r, 1, 65535)),
+    "SIM_SPEED": ("sim_speed", lambda n, r: parse_float(n, r, 0.0, 10000.0)),
+    "SIM_PROTOCOL": ("sim_protocol", lambda n, r: parse_choice(n, r, ("modbus", "opcua"))),
+    "OPCUA_SECURITY": ("opcua_security", lambda n, r: parse_choice(n, r, ("none", "sign-and-encrypt"))),
+    "OPCUA_USER": ("opcua_user", lambda n, r: r.strip() or None),
+    "OPCUA_PASSWORD": ("opcua_password", lambda n, r: r or None),
+    "OPCUA_CERT": ("opcua_cert", lambda n, r: Path(r.strip()).expanduser()),
+    "OPCUA_KEY": ("opcua_key", lambda n, r: Path(r.strip()).expanduser()),
+    "OPCUA_SERVER_CERT": ("opcua_server_cert", lambda n, r: Path(r.strip()).expanduser()),
+}

@@ -1,0 +1,64 @@
+"""The one :class:`Settings` (every area's fields together) and how it is read:
+the environment, over a YAML file named by ``LINECTL_CONFIG``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from . import ai, database, gateway, line, plc, retention, tokens, transport
+from .parse import PREFIX, SettingsError
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(database.DatabaseSettings, transport.TransportSettings, line.LineSettings,
+               gateway.GatewaySettings, plc.PlcSettings, tokens.TokenSettings, ai.AiSettings,
+               retention.RetentionSettings):
+    """Every setting, each area's from its module."""
+
+    def replace(self, **changes) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+# LINECTL_<name> -> (field, parser), in the order they are read
+PARSERS = {**database.PARSERS, **transport.PARSERS, **line.PARSERS, **gateway.PARSERS, **plc.PARSERS,
+           **tokens.PARSERS, **ai.PARSERS, **retention.PARSERS}
+
+
+def _from_config_file(config_file: str) -> dict[str, str]:
+    try:
+        data = yaml.safe_load(Path(config_file).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"{PREFIX}CONFIG: cannot read {config_file}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{PREFIX}CONFIG: {config_file} is not a mapping")
+    raw = {}
+    for key, value in data.items():
+        key = str(key).upper().removeprefix(PREFIX)
+        if key not in PARSERS:
+            raise SettingsError(f"{PREFIX}CONFIG: unknown setting {key!r} in {config_file}")
+        raw[key] = "" if value is None else str(value)
+    return raw
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting. Raises :class:`SettingsError`."""
+    env = dict(os.environ if environ is None else environ)
+    config_file = env.get(PREFIX + "CONFIG")
+    raw = _from_config_file(config_file) if config_file else {}
+    for key in PARSERS:
+        if PREFIX + key in env:
+            raw[key] = env[PREFIX + key]
+
+    values = {}
+    for key, text in raw.items():
+        if text.strip() == "":
+            continue  # an empty variable means "unset"
+        field, parser = PARSERS[key]
+        values[field] = parser(key, text)
+    tokens.tokens_from_file(values)
+    return Settings(**values)

@@ -1,0 +1,57 @@
+"""Message transport settings: the kombu URI the services and the gateway talk
+over (``pgsql://`` on the database unless set), and the nameko config."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from .parse import PREFIX, SettingsError
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class TransportSettings:
+    amqp_uri: str | None = None
+
+    def resolved_amqp_uri(self, database_url: str | None = None) -> str:
+        """The message transport URI: explicit, else ``pgsql://`` on the database."""
+        if self.amqp_uri:
+            return self.amqp_uri
+        db = database_url or self.database_url
+        if not db:
+            raise SettingsError(
+                "LINECTL_AMQP_URI: unset and no database URL to derive pgsql:// from"
+            )
+        return "pgsql://" + db.split("://", 1)[1]
+
+
+def _amqp_uri(name: str, raw: str) -> str:
+    raw = raw.strip()
+    scheme = urlsplit(raw).scheme
+    if scheme not in ("pgsql", "amqp", "amqps", "pyamqp", "memory"):
+        raise SettingsError(
+            f"{PREFIX}{name}: expected pgsql://… or amqp://…, got scheme {scheme!r}"
+        )
+    return raw
+
+
+def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
+    """The nameko config dict for a service process, derived from settings."""
+    db = database_url or settings.database_url
+    return {
+        "AMQP_URI": settings.resolved_amqp_uri(db),
+        "serializer": "json",
+        "max_workers": 20,
+        "parent_calls_tracked": 10,
+        "LINECTL_DATABASE_URL": db,
+        "LINECTL_DB_ROLES": settings.db_roles,
+    }
+
+
+PARSERS = {
+    "AMQP_URI": ("amqp_uri", _amqp_uri),
+}
