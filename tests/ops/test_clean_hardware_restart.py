@@ -16,7 +16,7 @@ QUANTITY = 6
 
 
 def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
-    stack, token, line = line_up(stack_factory, sim_speed=10.0)
+    stack, token, line = line_up(stack_factory, sim_speed=20.0)
     with reported(stack, line):
         order = start_order(stack, token, "SHAFT-B", QUANTITY)
 
