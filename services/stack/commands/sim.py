@@ -1,0 +1,62 @@
+"""``linectl sim``: the line simulator in the foreground, Modbus TCP
+(deploy/REGISTER_MAP.md) or, with ``--protocol opcua`` /
+LINECTL_SIM_PROTOCOL=opcua, OPC UA (deploy/OPCUA_MAP.md)."""
+
+from __future__ import annotations
+
+import sys
+
+from services.hardware.sim.model import SimOptions
+from shared.config import Settings
+from shared.layout import LayoutError, load_layout
+
+
+def _opcua_simulator(settings: Settings, layout, options: SimOptions, port: int):
+    """The OPC UA server, or None once the error is printed. asyncua is imported
+    only by a simulator that speaks it."""
+    from services.hardware.sim.opcua_server import OpcUaLineSimulator
+
+    # The simulator serves without security unless configured (the loopback default);
+    # secured: Basic256Sha256 SignAndEncrypt, LINECTL_OPCUA_USER / _PASSWORD.
+    security = settings.opcua_security or "none"
+    if security != "none" and not (settings.opcua_user and settings.opcua_password):
+        print("linectl sim: LINECTL_OPCUA_SECURITY=sign-and-encrypt needs LINECTL_OPCUA_USER and "
+              "LINECTL_OPCUA_PASSWORD", file=sys.stderr)
+        return None
+    sim = OpcUaLineSimulator(layout, options, settings.sim_host, port, security=security,
+                             user=settings.opcua_user, password=settings.opcua_password,
+                             cert_dir=settings.data_dir / "opcua")
+    print(f"linectl sim: OPC UA on {sim.address}, security {security}, "
+          f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    return sim
+
+
+def _modbus_simulator(settings: Settings, layout, options: SimOptions, port: int):
+    from services.hardware.sim.server import LineSimulator
+
+    sim = LineSimulator(layout, options, settings.sim_host, port)
+    print(f"linectl sim: Modbus TCP on {sim.address}, unit {layout.plc.unit_id}, "
+          f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
+    return sim
+
+
+def run(settings: Settings, args) -> int:
+    try:
+        layout = load_layout(settings.line_file)
+    except LayoutError as exc:
+        print(f"linectl sim: bad layout: {exc}", file=sys.stderr)
+        return 2
+    if layout.plc is None:
+        print(f"linectl sim: {settings.line_file} has no plc: register map", file=sys.stderr)
+        return 2
+    options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
+                         pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
+    port = args.port or settings.sim_port
+    if (args.protocol or settings.sim_protocol) == "opcua":
+        sim = _opcua_simulator(settings, layout, options, port)
+    else:
+        sim = _modbus_simulator(settings, layout, options, port)
+    if sim is None:
+        return 2
+    sim.serve()
+    return 0

@@ -1,0 +1,51 @@
+"""``linectl up``: the embedded PostgreSQL (unless a URL is set), migrations, then
+every process of the stack under one supervisor, with a start-up summary."""
+
+from __future__ import annotations
+
+import sys
+
+from services.stack.commands.database import database_url, stop_if_started
+from services.stack.migrate import upgrade
+from services.stack.processes import stack_processes
+from services.stack.readiness import ReadinessWatch
+from services.stack.supervisor import Supervisor
+from shared.config import Settings, ensure_tokens, mask_url
+
+
+def _print_summary(settings: Settings, url: str, server, specs, page: str) -> None:
+    print("linectl is up")
+    print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.requested},"
+                                         f" password in {server.password_file})" if server else ""))
+    print(f"page: {page}")
+    print(f"layout: {settings.line_file}")
+    print(f"data directory: {settings.data_dir.resolve()}")
+    print("processes: " + (", ".join(s.name for s in specs) or "(none built yet)"))
+    if settings.tokens_generated:
+        print(f"tokens (generated once, kept in {settings.data_dir / 'tokens'}):")
+        for token, holder in settings.tokens.items():
+            print(f"  {holder.role}: {token}")
+    sys.stdout.flush()
+
+
+def run(settings: Settings, args) -> int:
+    url, server = database_url(settings)
+    upgrade(url)
+    settings = ensure_tokens(settings)
+    specs = stack_processes(settings, url)
+    page = f"http://{settings.http_host}:{settings.http_port}/"
+
+    def say(line):
+        print(f"linectl: {line}" + (f" ({page})" if line.startswith("ready") else ""), flush=True)
+
+    def started(sup):
+        if any(s.name == "gateway" for s in specs):
+            # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
+            ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
+        _print_summary(settings, url, server, specs, page)
+
+    try:
+        Supervisor(specs).run(on_started=started)
+    finally:
+        stop_if_started(server)
+    return 0
