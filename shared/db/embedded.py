@@ -46,18 +46,24 @@ def _bin(name: str) -> str:
     return str(POSTGRES_BIN_PATH / name)
 
 
-def _port_free(port: int) -> bool:
-    """Whether PostgreSQL could listen on ``port``. It binds with SO_REUSEADDR, so a
-    port that only has connections in TIME_WAIT (a server stopped a moment ago)
-    is free to it: bind the same way, or such a port looks taken and the server
-    moves to a random one."""
+def port_bindable(port: int, *, reuse_address: bool) -> bool:
+    """Whether a server could bind 127.0.0.1:``port`` now. ``reuse_address``: bind as
+    one with SO_REUSEADDR does, to which a port with only connections in TIME_WAIT
+    (a server stopped a moment ago) is free."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_address:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
+
+
+def _port_free(port: int) -> bool:
+    """Whether PostgreSQL could listen on ``port``. It binds with SO_REUSEADDR: a port
+    that looked taken for TIME_WAIT alone would move the server to a random one."""
+    return port_bindable(port, reuse_address=True)
 
 
 def free_port() -> int:

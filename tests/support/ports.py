@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import socket
+
+from shared.db.embedded import port_bindable
 
 FIRST_PORT = 20000
 BLOCK = 1500  # ports per shard: 8 shards end at 32000, below the ephemeral range
@@ -37,12 +38,7 @@ _next = itertools.cycle(random.sample(_block(), len(_block())))
 
 def _bindable(port: int) -> bool:
     # No SO_REUSEADDR: a port with a connection in TIME_WAIT is passed over too.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return port_bindable(port, reuse_address=False)
 
 
 def free_port() -> int:
