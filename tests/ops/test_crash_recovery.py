@@ -20,7 +20,7 @@ QUANTITY = 6
 
 @pytest.mark.parametrize("protocol", ["modbus", "opcua"])
 def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory, protocol):
-    stack, token, line = line_up(stack_factory, sim_speed=20.0, protocol=protocol)
+    stack, token, line = line_up(stack_factory, sim_speed=40.0, protocol=protocol)
     answered = 0
 
     def answer():
