@@ -19,18 +19,15 @@ from typing import Any
 
 import eventlet
 
+from shared.errors import CodedError
+
 # The link failures after which the PLC may come back: an action they interrupt
 # is not failed yet (see ActionRunner._handshake).
 LINK_ERRORS = ("CONNECTION_REFUSED", "MODBUS_TIMEOUT")
 
 
-class PlcUnavailable(Exception):
+class PlcUnavailable(CodedError):
     """A PLC exchange failed; ``code`` is one of shared.events.HW_ERROR_CODES."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class RobotBusy(PlcUnavailable):

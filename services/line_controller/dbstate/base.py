@@ -11,18 +11,14 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from shared.db.models import JOB_TERMINAL
+from shared.errors import CodedError
 
 JOB_TERMINAL_SQL = "(" + ", ".join(f"'{s}'" for s in JOB_TERMINAL) + ")"
 KEEP = object()  # "leave this column as it is"
 
 
-class Rejected(Exception):
+class Rejected(CodedError):
     """A command or event that the current state forbids; the transaction is rolled back."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class ConditionFailed(Rejected):
