@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from services.hardware import plc as P  # noqa: E402
 from services.hardware.device import open_port  # noqa: E402
-from services.hardware.device.opcua import _threading, _ThreadLoop  # noqa: E402
+from services.hardware.device.asyncio_bridge import ThreadLoop as _ThreadLoop  # noqa: E402
+from services.hardware.device.asyncio_bridge import os_threading as _threading  # noqa: E402
 from services.hardware.sim.model import SimOptions  # noqa: E402
 from services.hardware.sim.opcua_server import OpcUaLineSimulator  # noqa: E402
 from services.hardware.sim.server import LineSimulator  # noqa: E402

@@ -1,0 +1,118 @@
+"""Opening one OPC UA session for the driver (:mod:`.opcua`): the client's
+timeouts, its security and credentials (deploy/OPCUA_MAP.md), the loss
+callback, NodeIds resolved against the server's namespace array, and what a
+failure means to the port (:class:`PlcUnavailable`). Runs on the driver's loop,
+except :func:`load_credentials` (plain files, read in a green thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from asyncua import Client, ua
+from asyncua.crypto import security_policies, uacrypto
+
+from services.hardware.device.port import PlcUnavailable
+from services.hardware.opcua_certs import ensure_certificate, read_certificate
+
+CLIENT_APP_URI = "urn:linectl:hardware"
+# Opening a session (hello, secure channel, session, activation) may take this many request timeouts.
+CONNECT_TIMEOUTS = 2
+
+
+def load_credentials(options: dict[str, Any]) -> dict[str, Any]:
+    """The client's certificate and key (given, or generated once under the data
+    directory), the pinned server certificate if any, the user and password."""
+    opts = options
+    if opts.get("cert") and opts.get("key"):
+        cert, cert_format = read_certificate(Path(opts["cert"]))
+        key = Path(opts["key"]).read_bytes()
+    elif opts.get("cert") or opts.get("key"):
+        raise ValueError("LINECTL_OPCUA_CERT and LINECTL_OPCUA_KEY go together")
+    else:
+        cert, key = ensure_certificate(Path(opts.get("data_dir") or "var") / "opcua", "linectl-hardware",
+                                       CLIENT_APP_URI, server=False)
+        cert_format = "der"
+    server_cert = read_certificate(Path(opts["server_cert"])) if opts.get("server_cert") else None
+    key_format = "pem" if key.lstrip().startswith(b"-----BEGIN") else "der"
+    return {"cert": (cert, cert_format), "key": (key, key_format), "server_cert": server_cert,
+            "user": str(opts["user"]), "password": str(opts["password"])}
+
+
+def _new_client(url: str, timeout: float) -> tuple[Client, asyncio.Event]:
+    """A client for ``url`` and the event its session's loss sets (``.reason`` says why)."""
+    # asyncua probes the server's state every watchdog interval and gives the probe
+    # that long to answer (min(session timeout / 2, interval)): at 1 s a busy server
+    # or host lost the session for nothing. The request timeout is the bound.
+    client = Client(url, timeout=timeout, watchdog_intervall=max(timeout, 1.0))
+    client.application_uri = CLIENT_APP_URI
+    client.session_timeout = 600_000  # what servers grant (asyncua asks an hour, then warns)
+    client.name = client.description = "linectl hardware service"
+    lost = asyncio.Event()
+    lost.reason = ""
+
+    async def on_lost(exc):
+        lost.reason = f"{type(exc).__name__}: {exc}"
+        lost.set()
+
+    client.connection_lost_callback = on_lost
+    return client, lost
+
+
+async def _secure(client: Client, credentials: dict[str, Any]) -> None:
+    """Basic256Sha256 SignAndEncrypt with the client's certificate and a user."""
+    c = credentials
+    server_cert = (uacrypto.CertProperties(c["server_cert"][0], extension=c["server_cert"][1])
+                   if c["server_cert"] else None)
+    await client.set_security(
+        security_policies.SecurityPolicyBasic256Sha256,
+        uacrypto.CertProperties(c["cert"][0], extension=c["cert"][1]),
+        uacrypto.CertProperties(c["key"][0], extension=c["key"][1]),
+        server_certificate=server_cert, mode=ua.MessageSecurityMode.SignAndEncrypt)
+    client.set_user(c["user"])
+    client.set_password(c["password"])
+
+
+async def connect(url: str, timeout: float, credentials: dict[str, Any] | None) -> tuple[Client, asyncio.Event]:
+    """A connected client (session activated) and its loss event."""
+    client, lost = _new_client(url, timeout)
+    if credentials is not None:
+        await _secure(client, credentials)
+    await asyncio.wait_for(client.connect(), timeout * CONNECT_TIMEOUTS)
+    return client, lost
+
+
+async def disconnect(client: Client) -> None:
+    """End a session, whatever state it is in (bounded, errors ignored)."""
+    try:
+        await asyncio.wait_for(client.disconnect(), 1.0)
+    except Exception:
+        pass
+
+
+def resolve(node_id: str, namespaces: list[str]) -> ua.NodeId:
+    """A NodeId string, ``nsu=<uri>;…`` resolved against the server's namespace array."""
+    if node_id.startswith("nsu="):
+        uri, _, rest = node_id[4:].partition(";")
+        if uri not in namespaces:
+            raise PlcUnavailable("PLC_ERROR", f"the server has no namespace {uri!r} (deploy/OPCUA_MAP.md)")
+        node_id = f"ns={namespaces.index(uri)};{rest}"
+    return ua.NodeId.from_string(node_id)
+
+
+def variants(args: list[tuple[Any, str]]) -> list[ua.Variant]:
+    """Method inputs given as (value, variant type name; ``[]`` for an array)."""
+    return [ua.Variant(v, getattr(ua.VariantType, t.removesuffix("[]"))) for v, t in args]
+
+
+def link_error(exc: BaseException, what: str) -> PlcUnavailable:
+    """What a failed request means to the port: the server's refusal (a status
+    code) is the PLC's answer; anything else is the link."""
+    if isinstance(exc, PlcUnavailable):
+        return exc
+    if isinstance(exc, ua.UaStatusCodeError):
+        return PlcUnavailable("PLC_ERROR", f"{what}: the server answered {exc}")
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return PlcUnavailable("MODBUS_TIMEOUT", f"{what}: no answer in time")
+    return PlcUnavailable("CONNECTION_REFUSED", f"{what}: {type(exc).__name__}: {exc}"[:300])
