@@ -8,15 +8,13 @@ import signal
 
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, kill, line_up, reported, start_order
-from tests.ops.invariants import line_invariants
-from tests.support.waiting import wait_for
+from tests.ops.crashing import CARRYING, completes_exactly, kill, line_up, reported, start_order
 
 QUANTITY = 6
 
 
 def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
-    stack, token, line = line_up(stack_factory, sim_speed=20.0)
+    stack, token, line = line_up(stack_factory, sim_speed=10.0)
     with reported(stack, line):
         order = start_order(stack, token, "SHAFT-B", QUANTITY)
 
@@ -26,15 +24,7 @@ def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
         # 2. While it carries a piece to or from a machine.
         kill(stack, "hardware", lambda: line.held_task(CARRYING), "a piece being carried",
              sig=signal.SIGTERM)
-
-        def finished():
-            return stack.get(f"/api/work-orders/{order['id']}", token)[1].get("status") == "COMPLETED"
-        wait_for(finished, 240, 0.5, "the order to complete with nobody asked")
-        wait_for(lambda: line.open_tasks() == 0, 60, 0.1, "every take-out done")
-
-        done = stack.get(f"/api/work-orders/{order['id']}", token)[1]
-        assert (done["completedQty"] + done["scrappedQty"]) == QUANTITY, done
-        assert line_invariants(stack.database_url(), order["id"]) == []
+        completes_exactly(stack, token, line, order, QUANTITY, timeout=240)  # nobody answering
         with line.engine.connect() as c:
             asked = c.execute(text("SELECT kind, text FROM manual_action")).fetchall()
             alarms = c.execute(text("SELECT code, message FROM alarm")).fetchall()
