@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from nameko.standalone.rpc import ClusterRpcProxy
 from sqlalchemy import create_engine, text
 
+from tests.ops.invariants import line_invariants
 from tests.support.waiting import wait_for
 
 CARRYING = ("BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP")
@@ -132,6 +133,24 @@ def start_order(stack, token, product: str, quantity: int) -> dict:
     assert code == 201, order
     assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
     return order
+
+
+def completes_exactly(stack, token, line, order: dict, quantity: int, answer=lambda: None,
+                      timeout: float = 180.0) -> dict:
+    """The order completes (``answer()`` the operator's questions while waiting) and
+    every take-out is done, with exact counts, every invariant holding and no
+    question left open → the order as the API shows it."""
+    def finished():
+        answer()
+        return stack.get(f"/api/work-orders/{order['id']}", token)[1].get("status") == "COMPLETED"
+    wait_for(finished, timeout, 0.5, f"work order {order['id']} to complete")
+    wait_for(lambda: line.open_tasks() == 0, 60, 0.1, "every take-out done")
+    done = stack.get(f"/api/work-orders/{order['id']}", token)[1]
+    assert done["completedQty"] + done["scrappedQty"] == quantity, done
+    assert line_invariants(stack.database_url(), order["id"]) == []
+    code, actions = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
+    assert code == 200 and actions["items"] == [], actions
+    return done
 
 
 @contextmanager

@@ -95,6 +95,10 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        self.kill_all()
+
+    def kill_all(self) -> None:
+        """``kill -9`` every process left of the stack."""
         for pid in self.pids():
             try:
                 os.kill(int(pid), signal.SIGKILL)

@@ -10,10 +10,8 @@ both field protocols: the simulator over Modbus TCP and over OPC UA."""
 import pytest
 from sqlalchemy import text
 
-from tests.ops.crashing import CARRYING, kill, line_up, reported, start_order
-from tests.ops.invariants import line_invariants
+from tests.ops.crashing import CARRYING, completes_exactly, kill, line_up, reported, start_order
 from tests.ops.operator import resolve_open_recovery
-from tests.support.waiting import wait_for
 
 QUANTITY = 6
 
@@ -41,18 +39,7 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory, p
         # 3. The line_controller again, while a machine runs its cycle.
         _, mark = kill(stack, "line_controller", line.running_machine, "a machine cycle")
         stack.wait_line("recovery check:", after=mark)
-
-        def finished():
-            answer()
-            return stack.get(f"/api/work-orders/{order['id']}", token)[1].get("status") == "COMPLETED"
-        wait_for(finished, 180, 0.5, "the order to complete")
-        wait_for(lambda: line.open_tasks() == 0, 60, 0.1, "every take-out done")
-
-        done = stack.get(f"/api/work-orders/{order['id']}", token)[1]
-        assert done["completedQty"] + done["scrappedQty"] == QUANTITY, done
-        assert line_invariants(stack.database_url(), order["id"]) == []
-        code, actions = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
-        assert code == 200 and actions["items"] == [], actions
+        completes_exactly(stack, token, line, order, QUANTITY, answer)
         # The refill the surviving hardware held needed nobody: its own result concluded it.
         assert (line.task(refill).status, line.actions_about(refill)) == ("SUCCEEDED", [])
         # The carried piece's action died with the hardware: an operator was asked, never silence

@@ -27,8 +27,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from tests.ops.crashing import Line, reported, start_order
-from tests.ops.invariants import line_invariants
+from tests.ops.crashing import Line, completes_exactly, reported, start_order
 from tests.ops.operator import resolve_open_recovery
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
@@ -69,11 +68,7 @@ def box_lost(stack) -> None:
     """Every process of the stack killed, its supervisor first (so nothing is restarted)."""
     os.kill(stack.proc.pid, signal.SIGKILL)
     stack.proc.wait(10)
-    for pid in stack.pids():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
+    stack.kill_all()
     wait_for(lambda: not stack.pids(), 30, 0.05, "the stack's processes gone")
 
 
@@ -110,20 +105,10 @@ def test_an_order_backed_up_while_running_completes_on_the_restored_database(sta
     second.wait_line("linectl: ready", 180)
     second.wait_line("recovery check:", 120)
     line = Line(second.database_url(), second.amqp_uri())
-    answered = 0
+    answered = []
     with reported(second, line):
-        def finished():
-            nonlocal answered
-            answered += resolve_open_recovery(second, token, second.amqp_uri())
-            return second.get(f"/api/work-orders/{order['id']}", token)[1].get("status") == "COMPLETED"
-        wait_for(finished, 240, 0.5, "the restored order to complete")
-        wait_for(lambda: line.open_tasks() == 0, 60, 0.1, "every take-out done")
-
-        done = second.get(f"/api/work-orders/{order['id']}", token)[1]
-        assert done["completedQty"] + done["scrappedQty"] == QUANTITY, done
-        assert line_invariants(second.database_url(), order["id"]) == []
-        code, actions = second.get("/api/manual-actions?status=OPEN&limit=500", token)
-        assert code == 200 and actions["items"] == [], actions
-        print(f"recovery answers: {answered}")
+        completes_exactly(second, token, line, order, QUANTITY, timeout=240,
+                          answer=lambda: answered.append(resolve_open_recovery(second, token, second.amqp_uri())))
+        print(f"recovery answers: {sum(answered)}")
         print("\n".join(out for out in second.lines if "recovery check:" in out))
         assert second.terminate() == 0
