@@ -8,6 +8,7 @@ the test says (no race with a poll)."""
 from __future__ import annotations
 
 import time
+from contextlib import closing
 
 import pytest
 
@@ -59,20 +60,22 @@ def paused_sim(layout, sim_options, clock, protocol):
     started.stop()
 
 
+def client_of(sim, protocol, layout, opcua_client, modbus_client):
+    """A client of ``sim`` in its protocol, by its address or by its host and port."""
+    return (opcua_client(layout, sim.address) if protocol == "opcua"
+            else modbus_client(layout, sim.host, sim.port))
+
+
 @pytest.fixture
 def host(layout, paused_sim, protocol):
-    plc = (OpcUaHost(layout, paused_sim.address) if protocol == "opcua"
-           else PlcHost(layout, paused_sim.host, paused_sim.port))
-    yield plc
-    plc.close()
+    with closing(client_of(paused_sim, protocol, layout, OpcUaHost, PlcHost)) as plc:
+        yield plc
 
 
 @pytest.fixture
 def inject(layout, paused_sim, protocol):
-    ctl = (OpcUaSimControl(layout, paused_sim.address) if protocol == "opcua"
-           else SimControl(layout, paused_sim.host, paused_sim.port))
-    yield ctl
-    ctl.close()
+    with closing(client_of(paused_sim, protocol, layout, OpcUaSimControl, SimControl)) as ctl:
+        yield ctl
 
 
 def shown(host: PlcHost | OpcUaHost, slot: dict) -> dict:
@@ -162,12 +165,8 @@ def test_a_plc_restart_refuses_connections_then_comes_back_reset_with_the_pieces
     wait_for(host.reachable, 10, interval=0.05, message="the PLC coming back")
     assert time.monotonic() - asked >= 0.6
 
-    assert host.robot() == {"fault": 0, "ack": 0, "state": 0, "done": 0, "error": 0}
-    mc1 = host.machine("MC1")
-    assert {k: v for k, v in mc1.items() if k != "slots"} == {
-        "start_id": 0, "ack": 0, "error": 0, "running": 0, "fault": 0, "abort_id": 0, "abort_ack": 0}
-    assert mc1["slots"] == [shown(host, {"occupied": 1, "done": 0, "result": 0, "job": 0, "running": 0, "start": 0}),
-                            shown(host, {"occupied": 0, "done": 0, "result": 0, "job": 0, "running": 0, "start": 0})]
+    empty = {"occupied": 0, "done": 0, "result": 0, "job": 0, "running": 0, "start": 0}
+    assert host.reset_slots("MC1") == [shown(host, {**empty, "occupied": 1}), shown(host, empty)]
     assert host.machine("MC2")["fault"] == 0
     # pieces where they were: the one in MC1, none moved by the forgotten action
     assert host.buffer() == [0] * 8 and host.dock() == (3, 0)

@@ -38,6 +38,15 @@ class RobotMoves:
         state = self.finished(action_id)
         assert (state["state"], state["error"]) == (P.ROBOT_DONE, 0), state
 
+    def reset_slots(self, equipment_id: str) -> list[dict]:
+        """What a restarted PLC shows: the robot's and the machine's registers at
+        zero (checked here); the machine's slots, to check what they still hold."""
+        assert self.robot() == {"fault": 0, "ack": 0, "state": 0, "done": 0, "error": 0}
+        machine = self.machine(equipment_id)
+        assert {k: v for k, v in machine.items() if k != "slots"} == {
+            "start_id": 0, "ack": 0, "error": 0, "running": 0, "fault": 0, "abort_id": 0, "abort_ack": 0}
+        return machine["slots"]
+
 
 class PlcHost(RobotMoves):
     SLOT_FIELDS = ("occupied", "done", "result", "job", "running", "start")  # what machine() shows per slot
