@@ -17,36 +17,32 @@ BEAT = "/internal/runtime/jobs/{job}/heartbeat"
 RESULT = "/internal/runtime/jobs/{job}/result"
 HASH = "0" * 64
 
+
+def poll(**fields):
+    """A poll (runtime "r", capabilities ["quiz_generation"]) but for ``fields``."""
+    body = {"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], **fields}
+    return POLL, json.dumps(body).encode(), JSON
+
+
+def result(**fields):
+    """A result of runtime "r" for attempt 1 of an unknown job, with ``fields``."""
+    return RESULT.format(job="nope"), json.dumps({"runtimeInstanceId": "r", "attemptNo": 1, **fields}).encode(), JSON
+
+
+SUCCEEDED = {"status": "succeeded", "output": {}, "outputHash": HASH}
+FAILED = {"status": "failed", "errorCode": "JOB_TIMEOUT"}
 # (path, raw body, headers beside the runtime token's)
 REFUSALS = [
     (POLL, b"", JSON), (POLL, b"{", JSON), (POLL, b"[]", JSON), (POLL, b'"x"', JSON), (POLL, b"{}", JSON),
     (POLL, b'{"runtimeInstanceId": "r"}', JSON),
-    (POLL, b'{"runtimeInstanceId": "", "capabilities": ["quiz_generation"]}', JSON),
-    (POLL, b'{"runtimeInstanceId": 5, "capabilities": ["quiz_generation"]}', JSON),
-    (POLL, b'{"runtimeInstanceId": null, "capabilities": ["quiz_generation"]}', JSON),
-    (POLL, json.dumps({"runtimeInstanceId": "r" * 201, "capabilities": ["quiz_generation"]}).encode(), JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": []}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": "quiz_generation"}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["nope"]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": [1]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 0}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 51}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": "5"}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 2.5}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "claim": "true"}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "claim": 1}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "extra": 1}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "serves": []}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "serves": [{}]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"],'
-           b' "serves": [{"modelProvider": "x", "apiKeyModes": ["nope"]}]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"],'
-           b' "serves": [{"modelProvider": "x", "other": 1}]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"], "limit": 99999999999999999999}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r\\u0000", "capabilities": ["quiz_generation"]}', JSON),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]}', {"Content-Type": "text/plain"}),
-    (POLL, b'{"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]}',
-     {"Content-Type": "application/json; charset=latin-1"}),
+    *(poll(runtimeInstanceId=bad) for bad in ("", 5, None, "r" * 201, "r\u0000")),
+    *(poll(capabilities=bad) for bad in ([], "quiz_generation", ["nope"], [1])),
+    *(poll(limit=bad) for bad in (0, 51, "5", 2.5, 99999999999999999999)),
+    poll(claim="true"), poll(claim=1), poll(extra=1),
+    *(poll(serves=bad) for bad in ([], [{}], [{"modelProvider": "x", "apiKeyModes": ["nope"]}],
+                                   [{"modelProvider": "x", "other": 1}])),
+    (*poll()[:2], {"Content-Type": "text/plain"}),
+    (*poll()[:2], {"Content-Type": "application/json; charset=latin-1"}),
     (LOCK.format(job="nope"), b'{"runtimeInstanceId": "r"}', JSON),
     (LOCK.format(job="nope"), b'{}', JSON),
     (LOCK.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
@@ -55,27 +51,11 @@ REFUSALS = [
     (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 0}', JSON),
     (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": true}', JSON),
     (BEAT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "done"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
-                                b' "output": null, "outputHash": "' + HASH.encode() + b'"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
-                                b' "output": {}, "outputHash": "XYZ"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
-                                b' "output": {}}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "succeeded",'
-                                b' "output": {}, "outputHash": "' + HASH.encode() + b'", "errorCode": "JOB_TIMEOUT"}',
-     JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
-                                b' "errorCode": "NOPE"}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
-                                b' "errorCode": "JOB_TIMEOUT", "output": {}}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
-                                b' "errorCode": "JOB_TIMEOUT", "errorMessage": null}', JSON),
-    (RESULT.format(job="nope"), b'{"runtimeInstanceId": "r", "attemptNo": 1, "status": "failed",'
-                                b' "errorCode": "JOB_TIMEOUT", "errorMessage": 5}', JSON),
+    result(), result(status="done"), result(status="succeeded"),
+    result(**{**SUCCEEDED, "output": None}), result(**{**SUCCEEDED, "outputHash": "XYZ"}),
+    result(status="succeeded", output={}), result(**SUCCEEDED, errorCode="JOB_TIMEOUT"),
+    result(status="failed"), result(**{**FAILED, "errorCode": "NOPE"}), result(**FAILED, output={}),
+    result(**FAILED, errorMessage=None), result(**FAILED, errorMessage=5),
 ]
 
 
