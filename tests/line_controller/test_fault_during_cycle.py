@@ -125,12 +125,19 @@ def test_scrap_takes_every_piece_of_a_stopped_batch_out_and_counts_each_once(har
     assert [c.aborted for c in _cycles(harness, "WASH1")] == [True]
 
 
-def test_retry_of_a_failed_start_is_refused_while_the_plc_reports_the_fault(harness):
+def _start_failed_on_a_fault(harness):
+    """MC1's start refused by the PLC, which then reports MC1 in fault → the job and
+    the operator's question about it."""
     _, (job,) = harness.started_order(quantity=1)
     harness.on_equipment(job, "MC1", 1, buffer_slot=1, start=False)
     harness.fail(harness.act(StartMachine("MC1")), code="PLC_ERROR", type_="MachineStartFailed")
     _fault(harness, "MC1")
     (question,) = harness.manual_actions("EQUIPMENT_FAULT")
+    return job, question
+
+
+def test_retry_of_a_failed_start_is_refused_while_the_plc_reports_the_fault(harness):
+    job, question = _start_failed_on_a_fault(harness)
     refused = _answer(harness, question, "RETRY")
     assert (refused.status, refused.error["code"]) == ("REJECTED", "EQUIPMENT_FAULTED")
     assert _status(harness, "MC1") == "FAULT"  # not IDLE until the next fault edge
@@ -140,11 +147,7 @@ def test_retry_of_a_failed_start_is_refused_while_the_plc_reports_the_fault(harn
 
 
 def test_scrap_of_a_failed_start_keeps_the_machine_faulted_while_the_plc_reports_it(harness):
-    _, (job,) = harness.started_order(quantity=1)
-    harness.on_equipment(job, "MC1", 1, buffer_slot=1, start=False)
-    harness.fail(harness.act(StartMachine("MC1")), code="PLC_ERROR", type_="MachineStartFailed")
-    _fault(harness, "MC1")
-    (question,) = harness.manual_actions("EQUIPMENT_FAULT")
+    job, question = _start_failed_on_a_fault(harness)
     assert _answer(harness, question, "SCRAP").status == "HANDLED"  # needs no machine: taken at once
     assert harness.job(job).status == "SCRAPPED"
     assert _status(harness, "MC1") == "FAULT"  # nothing may be loaded onto it yet
