@@ -31,6 +31,7 @@ class Announcer:
     @rpc
     def announce(self, value):
         self.dispatch("announced", {"value": value})
+        return value
 
 
 class PoolListener:
