@@ -47,28 +47,15 @@ class SimulatorCell:
     """Fault injection on the simulator (its control registers over Modbus, or its
     SimControl methods over OPC UA), under RegisterMapPlc's names."""
 
+    RENAMED = {"fault": "machine_fault", "hang": "machine_hang", "restart": "restart_plc"}
+
     def __init__(self, layout, simulator):
         self.simulator = simulator
         self.address = simulator.address
         self.control = sim_control(layout, simulator.address)
 
-    def fault(self, equipment_id):
-        self.control.machine_fault(equipment_id)
-
-    def hang(self, equipment_id):
-        self.control.machine_hang(equipment_id)
-
-    def emergency_stop(self):
-        self.control.emergency_stop()
-
-    def restart(self, seconds):
-        self.control.restart_plc(seconds)
-
-    def drop(self, seconds):
-        self.control.drop(seconds)
-
-    def clear(self):
-        self.control.clear()
+    def __getattr__(self, name):  # fault, hang, emergency_stop, restart, drop, clear
+        return getattr(self.control, self.RENAMED.get(name, name))
 
     def stop(self):
         self.control.close()
