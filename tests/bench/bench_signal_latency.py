@@ -52,6 +52,22 @@ def edge(sim):
     return time.perf_counter()
 
 
+def latencies(sim, edges: int, arrived: list[float], pause: tuple[float, float]) -> list[float]:
+    """Make ``edges`` edges, ``pause`` (a range of seconds) apart: the milliseconds from
+    each to the first arrival ``arrived`` gained after it (none within 2 s: no sample)."""
+    samples = []
+    for _ in range(edges):
+        eventlet.sleep(random.uniform(*pause))
+        before = len(arrived)
+        made = edge(sim)
+        deadline = time.monotonic() + 2
+        while len(arrived) == before and time.monotonic() < deadline:
+            eventlet.sleep(0.001)
+        if len(arrived) > before:
+            samples.append((arrived[before] - made) * 1000)
+    return samples
+
+
 def watcher_latency(sim, layout, edges):
     port = open_port(sim.address, layout, timeout=5.0, poll_interval=0.1)
     watcher = SignalWatcher(port, layout)
@@ -66,16 +82,7 @@ def watcher_latency(sim, layout, edges):
 
     watcher.watch(2.0)  # connected, the first pallet
     thread = eventlet.spawn(watch)
-    samples = []
-    for _ in range(edges):
-        eventlet.sleep(random.uniform(0.15, 0.25))  # never two edges in one poll
-        before = len(seen)
-        made = edge(sim)
-        deadline = time.monotonic() + 2
-        while len(seen) == before and time.monotonic() < deadline:
-            eventlet.sleep(0.001)
-        if len(seen) > before:
-            samples.append((seen[before] - made) * 1000)
+    samples = latencies(sim, edges, seen, (0.15, 0.25))  # never two edges in one poll
     running = False
     thread.wait()
     port.close()
@@ -113,16 +120,7 @@ def bare_client_latency(sim, edges):
     thread.start()
     while not ready.is_set():
         eventlet.sleep(0.01)
-    samples = []
-    for _ in range(edges):
-        eventlet.sleep(random.uniform(0.05, 0.1))
-        before = len(arrived)
-        made = edge(sim)
-        deadline = time.monotonic() + 2
-        while len(arrived) == before and time.monotonic() < deadline:
-            eventlet.sleep(0.001)
-        if len(arrived) > before:
-            samples.append((arrived[before] - made) * 1000)
+    samples = latencies(sim, edges, arrived, (0.05, 0.1))
     stop.set()
     while thread.is_alive():
         eventlet.sleep(0.01)
