@@ -68,11 +68,14 @@ def advance_after_step(db: DBState, job) -> list[HardwareRequest]:
     return []
 
 
-def restore_job(db: DBState, job_id: int, before: dict, *, status: str, held_status=KEEP):
-    """Put a job back where it was before a failed action (an operator confirmed it is there)."""
+def restore_job(db: DBState, job_id: int, before: dict, *, status: str, held_status=KEEP,
+                piece_at_dock: bool = True):
+    """Put a job back where it was before a failed action (an operator confirmed it is
+    there). Back on the dock, its piece counts at the dock again (``DBState.place_job``)."""
     job = db.job(job_id)
     return db.place_job(job_id, (job.status,), status, before["positionType"],
-                        before["positionRefId"], before["tempSlotNo"], held_status=held_status)
+                        before["positionRefId"], before["tempSlotNo"], held_status=held_status,
+                        piece_at_dock=piece_at_dock)
 
 
 def hold_job(db: DBState, job_id: int, status: str):
@@ -103,7 +106,18 @@ def free_equipment_slot(db: DBState, position_ref_id: str, job_id: int) -> None:
 
 
 def scrap_job(db: DBState, job) -> None:
-    """Out of the cell as scrap; an equipment slot still holding it is emptied."""
+    """Out of the cell as scrap; an equipment slot still holding it is emptied. A
+    piece a refill took that never reached the buffer may still be at the dock (a
+    gripper fault moves nothing): the dock's count gets it back, since a count too
+    high costs one robot move and a count too low stalls the line."""
     if job.position_type == "ON_EQUIPMENT":
         free_equipment_slot(db, job.position_ref_id, job.id)
+    elif job.position_type == "ON_ROBOT" and _taken_by_refill(db, job.id):
+        db.give_back_dock_pieces(1)
     db.finish_job(job.id, "SCRAPPED")
+
+
+def _taken_by_refill(db: DBState, job_id: int) -> bool:
+    """The job is on the robot because of a refill (its newest task), not a load."""
+    task = db.last_task_of_job(job_id)
+    return task is not None and task.kind == ev.DOCK_TO_BUFFER

@@ -81,9 +81,7 @@ def put_back_not_executed(db: DBState, task, *, counted: bool = True) -> list[Ha
     was (a job held meanwhile stays held), with no alarm and no question. A
     take-out is issued again: its piece still sits on the buffer slot."""
     params = task.params or {}
-    if task.kind == ev.DOCK_TO_BUFFER:
-        db.give_back_dock_pieces(1)  # the piece is still at the dock
-    _put_jobs_back(db, params)
+    _put_jobs_back(db, params)  # a refill's piece is still at the dock: counted there again
     db.emit("ActionNotExecuted", {"taskId": task.id, "kind": task.kind, "jobIds": params.get("jobIds", [])})
     if task.kind == ev.BUFFER_TO_DOCK and task.job_id is not None:
         return take_out_again(db, db.job(task.job_id), params.get("bufferSlot"),
@@ -91,15 +89,17 @@ def put_back_not_executed(db: DBState, task, *, counted: bool = True) -> list[Ha
     return []
 
 
-def _put_jobs_back(db: DBState, params: dict) -> None:
+def _put_jobs_back(db: DBState, params: dict, *, piece_at_dock: bool = True) -> None:
     """Nothing moved: each job of the task where and what it was before (a job
     held meanwhile stays held, and returns to its earlier status when released)."""
     for job_id in params.get("jobIds", []):
         before, job = params["before"][str(job_id)], db.job(job_id)
         if job.status in JOB_HELD:
-            restore_job(db, job_id, before, status=job.status, held_status=before["status"])
+            restore_job(db, job_id, before, status=job.status, held_status=before["status"],
+                        piece_at_dock=piece_at_dock)
         else:
-            restore_job(db, job_id, before, status=before["status"], held_status=None)
+            restore_job(db, job_id, before, status=before["status"], held_status=None,
+                        piece_at_dock=piece_at_dock)
 
 
 def _reissued_too_often(task) -> bool:
@@ -127,7 +127,7 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
         # The dock ran out (the PLC says so, and nothing moved): not a fault. The
         # piece goes back to waiting at the dock for the next pallet.
         db.observe_dock(0, finished_at)
-        _put_jobs_back(db, params)
+        _put_jobs_back(db, params, piece_at_dock=False)  # it had no piece to give back
         db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
         return []
     alarm = db.raise_alarm("ACTION_FAILED",  # the alarm code, named like the action kind
@@ -185,10 +185,8 @@ def _failed_start(db: DBState, task, error_code: str, alarm) -> None:
 
 def _failed_move(db: DBState, task, error_code: str, alarm) -> None:
     params = task.params or {}
-    if task.kind == ev.DOCK_TO_BUFFER and error_code == "REJECTED":
-        db.give_back_dock_pieces(1)  # refused before it moved: the piece is still at the dock
     for job_id in params.get("jobIds", []):
-        if error_code == "REJECTED":
+        if error_code == "REJECTED":  # nothing moved: a refill's piece counts at the dock again
             before = params["before"][str(job_id)]
             restore_job(db, job_id, before, status="SUSPENDED", held_status=before["status"])
         else:

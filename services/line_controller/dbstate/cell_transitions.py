@@ -72,6 +72,7 @@ class CellTransitions(StateBase):
             raise ConditionFailed(f"the dock holds fewer than {count} unclaimed pieces")
 
     def give_back_dock_pieces(self, count: int) -> None:
-        """A refill that moved nothing: its piece is still at the dock."""
+        """A refill's piece is (or may be) still at the dock: counted there again.
+        Ignored while the PLC has not reported a count (NULL limits nothing)."""
         self._dock("UPDATE dock SET pieces_waiting = pieces_waiting + :n, updated_at = now() "
                    "WHERE id = 1 AND pieces_waiting IS NOT NULL RETURNING pieces_waiting", n=count)

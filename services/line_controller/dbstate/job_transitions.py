@@ -140,16 +140,24 @@ class JobTransitions(StateBase):
             err=None if error_code is KEEP else error_code)
 
     def place_job(self, job_id: int, expected: tuple[str, ...], status: str, position_type: str,
-                  position_ref: str | None, temp_slot_no: int | None, *, held_status=KEEP):
-        """Put a job at a known position (an operator confirmed where the piece is)."""
+                  position_ref: str | None, temp_slot_no: int | None, *, held_status=KEEP,
+                  piece_at_dock: bool = True):
+        """Put a job at a known position (an operator confirmed where the piece is).
+        A job put back on the dock gives the piece its refill took back to the dock's
+        count (docs/scheduler.md: the count may be high, never low), unless the dock
+        is known to be empty (``piece_at_dock`` False: the refill found no piece)."""
+        was = self.job(job_id)
         sets = {"status": ":st", "position_type": ":pt", "position_ref_id": ":pr",
                 "temp_slot_no": ":slot", "error_code": "NULL"}
         if held_status is not KEEP:
             sets["held_status"] = ":held"
-        return self._update_job(
+        row = self._update_job(
             job_id, "status = ANY(:exp)", sets, "JobMoved", f"job {job_id} is not {'/'.join(expected)}",
             exp=list(expected), st=status, pt=position_type, pr=position_ref, slot=temp_slot_no,
             held=None if held_status is KEEP else held_status)
+        if piece_at_dock and position_type == "ON_DOCK" and was.position_type != "ON_DOCK":
+            self.give_back_dock_pieces(1)
+        return row
 
     def slot_done(self, equipment_id: str, slot_no: int, job_id: int):
         """The machine is done with the piece: slot OCCUPIED → DONE, and the job

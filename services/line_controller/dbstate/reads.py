@@ -74,6 +74,12 @@ class Reads(StateBase):
             "SELECT * FROM task WHERE status IN ('PENDING','RUNNING') AND "
             "(job_id = :j OR params->'jobIds' @> to_jsonb(:j))", j=job_id)
 
+    def last_task_of_job(self, job_id: int):
+        """The newest task that moved (or was to move) the job, whatever its status."""
+        return self._one(
+            "SELECT * FROM task WHERE job_id = :j OR params->'jobIds' @> to_jsonb(:j) "
+            "ORDER BY id DESC LIMIT 1", j=job_id)
+
     def machines_without_progress(self):
         """Per machine with cycles open: since when it has made no progress (the
         later of its oldest open cycle's request and its last cycle's end)."""
