@@ -12,27 +12,12 @@ from sqlalchemy import select
 from shared.db.models import WorkOrder
 from shared.serialize import iso
 from tests.gateway.conftest import OPERATOR
-from tests.gateway.views.pages import (
-    ARTIFACTS,
-    PAGE_MARKS,
-    STATE_OF_LABEL,
-    TIMELINE_X,
-    asked_by,
-    chart_data,
-    choose_window,
-    kpi_tiles,
-    mc1_faults,
-    open_page,
-    page_errors,
-    pct,
-    stats_and_timeline,
-    wait_for_the_8_hours,
-)
+from tests.gateway.views import pages
 from tests.gateway.views.seeding import seed_history, seed_live_job, seed_orders
 from tests.support.waiting import wait_for
 
-pytestmark = PAGE_MARKS
-timeline_x = TIMELINE_X
+pytestmark = pages.PAGE_MARKS
+timeline_x = pages.TIMELINE_X
 
 
 def check_the_offered_windows(browser, orders: dict, ids: dict) -> None:
@@ -48,7 +33,7 @@ def check_the_offered_windows(browser, orders: dict, ids: dict) -> None:
 
 
 def show_the_last_15_minutes(browser) -> None:
-    choose_window(browser, "0.25")
+    pages.choose_window(browser, "0.25")
     quarter_ago_ms = (datetime.now(UTC) - timedelta(minutes=15)).timestamp() * 1000
     wait_for(lambda: browser.check(f"Math.abs({timeline_x}[0] - {quarter_ago_ms}) < 20000"
                                    f" && Math.abs({timeline_x}[1] - {timeline_x}[0] - 900000) < 1000"),
@@ -58,23 +43,23 @@ def show_the_last_15_minutes(browser) -> None:
 def check_the_figures_over(browser, served: str, sent: dict, from_ms: int, to_ms: int) -> None:
     """The window the page sent is the order's run, and the page draws what
     /api/stats and /api/stats/timeline answer for it."""
-    asked = asked_by(browser)
+    asked = pages.asked_by(browser)
     window = {k: requests.utils.unquote(v) for k, v in sent.items()}
     assert window["from"].endswith("Z") and window["to"].endswith("Z")
     assert [int(datetime.fromisoformat(window[k]).timestamp() * 1000) for k in ("from", "to")] == [from_ms, to_ms]
     assert asked("/api/stats/timeline")[-1] == sent
-    stats, timeline = stats_and_timeline(served, window)
-    tiles = kpi_tiles(browser)
+    stats, timeline = pages.stats_and_timeline(served, window)
+    tiles = pages.kpi_tiles(browser)
     line = stats["line"]
     assert line["completed"] + line["scrapped"] >= 1  # a piece finishes every 5 minutes
     assert tiles["kpi-completed"] == str(line["completed"]) and tiles["kpi-scrapped"] == str(line["scrapped"])
-    hourly = chart_data(browser, "hourly-chart")
+    hourly = pages.chart_data(browser, "hourly-chart")
     assert hourly["datasets"][0]["data"] == [h["completed"] for h in stats["hourly"]]
-    oee = chart_data(browser, "oee-chart")
-    assert oee["datasets"][0]["data"] == [float(pct(e["oee"])[:-1]) if e["oee"] is not None else None
+    oee = pages.chart_data(browser, "oee-chart")
+    assert oee["datasets"][0]["data"] == [float(pages.pct(e["oee"])[:-1]) if e["oee"] is not None else None
                                           for e in stats["equipment"]]
-    drawn = chart_data(browser, "timeline-chart")
-    bars = sorted((b["y"], STATE_OF_LABEL[d["label"]], b["x"][0], b["x"][1])
+    drawn = pages.chart_data(browser, "timeline-chart")
+    bars = sorted((b["y"], pages.STATE_OF_LABEL[d["label"]], b["x"][0], b["x"][1])
                   for d in drawn["datasets"] for b in d["data"])
     ms = lambda t: int(datetime.fromisoformat(t).timestamp() * 1000)  # noqa: E731
     assert bars == sorted((i["equipmentId"], i["state"], ms(i["from"]), ms(i["to"])) for i in timeline["items"])
@@ -84,7 +69,7 @@ def check_the_figures_over(browser, served: str, sent: dict, from_ms: int, to_ms
 
 def follow_a_running_order(browser, events, live, changed: datetime) -> None:
     """A running order, from the choice: from its start, up to now, and "now" moves."""
-    choose_window(browser, f"wo:{live.id}")
+    pages.choose_window(browser, f"wo:{live.id}")
     live_from_ms = int(live.started_at.timestamp() * 1000) - 5000
     changed_ms = int(changed.timestamp() * 1000)
     wait_for(lambda: browser.check(
@@ -105,7 +90,7 @@ def test_the_production_window_may_be_a_work_orders_run(served, writable, browse
     ids = seed_orders(writable, now)
     with writable() as s:
         orders = {o.code: o for o in s.scalars(select(WorkOrder))}
-    open_page(browser, served, OPERATOR)
+    pages.open_page(browser, served, OPERATOR)
     wait_for(lambda: browser.check(
         "document.body.dataset.statsLoaded === 'true' && document.body.dataset.loaded === 'true'"
         " && document.querySelectorAll('#stats-orders option').length > 0"
@@ -124,14 +109,14 @@ def test_the_production_window_may_be_a_work_orders_run(served, writable, browse
     wait_for(lambda: browser.evaluate(timeline_x) == [from_ms, to_ms], timeout=15, message="WO-SHORT's run")
     assert browser.evaluate("document.getElementById('stats-window').value") == f"wo:{short.id}"
     assert not browser.check(f"!!document.querySelector('#orders tr[data-order-id=\"{ids['never']}\"] a')")
-    asked = asked_by(browser)
+    asked = pages.asked_by(browser)
     sent = asked("/api/stats")[-1]
     check_the_figures_over(browser, served, sent, from_ms, to_ms)
     browser.call("Emulation.setDeviceMetricsOverride", width=1400, height=1400, deviceScaleFactor=1, mobile=False)
-    browser.screenshot(ARTIFACTS / "order-window.png")
+    browser.screenshot(pages.ARTIFACTS / "order-window.png")
 
     # A finished order's window stays put when the line moves on.
-    changed = mc1_faults(writable)
+    changed = pages.mc1_faults(writable)
     browser.evaluate("performance.clearResourceTimings()")
     events.write([("MachineStateChanged", {"equipmentId": "MC1", "state": "FAULT", "since": iso(changed)})])
     wait_for(lambda: asked("/api/stats/timeline") and asked("/api/stats"), timeout=15,
@@ -139,6 +124,6 @@ def test_the_production_window_may_be_a_work_orders_run(served, writable, browse
     assert asked("/api/stats")[-1] == sent and browser.evaluate(timeline_x) == [from_ms, to_ms]
 
     follow_a_running_order(browser, events, orders["WO-LIVE"], changed)
-    wait_for_the_8_hours(browser)
+    pages.wait_for_the_8_hours(browser)
     assert browser.evaluate("document.getElementById('message').textContent") == ""
-    assert page_errors(browser) == []
+    assert pages.page_errors(browser) == []

@@ -14,43 +14,26 @@ import requests
 
 from shared.serialize import iso
 from tests.gateway.conftest import OPERATOR
-from tests.gateway.views.pages import (
-    ARTIFACTS,
-    FIGURES,
-    PAGE_MARKS,
-    STATE_OF_LABEL,
-    STATIC,
-    asked_by,
-    chart_data,
-    choose_window,
-    kpi_tiles,
-    mc1_faults,
-    open_page,
-    page_errors,
-    pct,
-    stats_and_timeline,
-    visible,
-    wait_for_the_8_hours,
-)
+from tests.gateway.views import pages
 from tests.gateway.views.seeding import seed_alarms, seed_history, seed_live_job
 from tests.support.waiting import wait_for
 
-pytestmark = PAGE_MARKS
+pytestmark = pages.PAGE_MARKS
 
 
 def test_the_vendored_chart_js_is_the_pinned_one_and_is_served(served):
-    package = json.loads((STATIC / "package.json").read_text())
-    lock = json.loads((STATIC / "package-lock.json").read_text())
+    package = json.loads((pages.STATIC / "package.json").read_text())
+    lock = json.loads((pages.STATIC / "package-lock.json").read_text())
     pinned = package["dependencies"]["chart.js"]
     assert package["private"] is True and pinned[0].isdigit()  # an exact version, no range
     assert lock["packages"]["node_modules/chart.js"]["version"] == pinned
-    vendored = (STATIC / "vendor" / "chart.umd.min.js").read_text()
+    vendored = (pages.STATIC / "vendor" / "chart.umd.min.js").read_text()
     assert vendored.startswith(f"/*!\n * Chart.js v{pinned}\n")
-    assert (STATIC / "vendor" / "chart.js-LICENSE.md").read_text().startswith("The MIT License")
+    assert (pages.STATIC / "vendor" / "chart.js-LICENSE.md").read_text().startswith("The MIT License")
 
     r = requests.get(served + "/static/vendor/chart.umd.min.js", timeout=10)
     assert r.status_code == 200 and "javascript" in r.headers["Content-Type"]
-    assert r.content == (STATIC / "vendor" / "chart.umd.min.js").read_bytes()
+    assert r.content == (pages.STATIC / "vendor" / "chart.umd.min.js").read_bytes()
     page = requests.get(served + "/", timeout=10)
     csp = page.headers["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "unsafe" not in csp  # no inline script, no eval
@@ -65,22 +48,22 @@ def check_the_production_panel(browser, stats: dict) -> None:
     """The tiles, the hourly chart, the per-machine figures (chart and table)."""
     line = stats["line"]
     assert line["completed"] > 50 and line["scrapped"] > 5  # the seeding is what the test thinks
-    tiles = kpi_tiles(browser)
+    tiles = pages.kpi_tiles(browser)
     assert tiles == {"kpi-completed": str(line["completed"]), "kpi-scrapped": str(line["scrapped"]),
                      "kpi-throughput": f"{line['throughputPerHour']:.1f}",
-                     "kpi-scrap-rate": pct(line["scrapRate"])}
+                     "kpi-scrap-rate": pages.pct(line["scrapRate"])}
 
-    hourly = chart_data(browser, "hourly-chart")
+    hourly = pages.chart_data(browser, "hourly-chart")
     assert [d["label"] for d in hourly["datasets"]] == ["completed", "scrapped"]
     assert len(hourly["labels"]) == len(stats["hourly"])
     assert hourly["datasets"][0]["data"] == [h["completed"] for h in stats["hourly"]]
     assert hourly["datasets"][1]["data"] == [h["scrapped"] for h in stats["hourly"]]
 
-    oee = chart_data(browser, "oee-chart")
+    oee = pages.chart_data(browser, "oee-chart")
     assert oee["labels"] == ["MC1", "MC2", "WASH1", "INSP1"]
-    assert [d["label"] for d in oee["datasets"]] == list(FIGURES)
+    assert [d["label"] for d in oee["datasets"]] == list(pages.FIGURES)
     for d in oee["datasets"]:
-        expected = [e[FIGURES[d["label"]]] * 100 for e in stats["equipment"]]
+        expected = [e[pages.FIGURES[d["label"]]] * 100 for e in stats["equipment"]]
         # the window slid by a second or two between the page's request and ours
         assert all(v is not None and abs(v - x) < 0.5 for v, x in zip(d["data"], expected, strict=True)), d
     assert all(0 < e["oee"] < 1 and e["cycles"] > 0 for e in stats["equipment"])
@@ -88,7 +71,7 @@ def check_the_production_panel(browser, stats: dict) -> None:
     # the chart (Math.round) and "66.0 %" in the table (toFixed on 66.0499…).
     ratios = [0.6605, 0.1235, 0.0005, 0.9995, 0.0015, 0.125, 0.05, 1, 0]
     assert browser.evaluate(f"{json.dumps(ratios)}.map(r => [percentValue(r), percent(r)])") == \
-        [[float(pct(r)[:-1]), pct(r)] for r in ratios]
+        [[float(pages.pct(r)[:-1]), pages.pct(r)] for r in ratios]
     assert browser.check(
         "(c => [...document.querySelectorAll('#machine-figures tbody tr')].every((r, i) =>"
         " r.querySelector('.oee').textContent === c.data.datasets[0].data[i].toFixed(1) + '%'"
@@ -104,13 +87,14 @@ def check_the_production_panel(browser, stats: dict) -> None:
 def check_the_timeline(browser, timeline: dict) -> None:
     """Per machine, the bars drawn start where the served intervals do; the first
     one starts at the window's edge, which slid between the two requests."""
-    drawn = chart_data(browser, "timeline-chart")
+    drawn = pages.chart_data(browser, "timeline-chart")
     assert drawn["labels"] == ["MC1", "MC2", "WASH1", "INSP1"]
-    assert [STATE_OF_LABEL[d["label"]] for d in drawn["datasets"]] == ["PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT"]
+    assert [pages.STATE_OF_LABEL[d["label"]] for d in drawn["datasets"]] == \
+        ["PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT"]
     bars, served_bars = {}, {}
     for d in drawn["datasets"]:
         for b in d["data"]:
-            bars.setdefault(b["y"], []).append((STATE_OF_LABEL[d["label"]], b["x"][0] // 1000))
+            bars.setdefault(b["y"], []).append((pages.STATE_OF_LABEL[d["label"]], b["x"][0] // 1000))
     for i in timeline["items"]:
         served_bars.setdefault(i["equipmentId"], []).append(
             (i["state"], int(datetime.fromisoformat(i["from"]).timestamp())))
@@ -125,7 +109,7 @@ def check_the_timeline(browser, timeline: dict) -> None:
 
 def show_the_last_hour(browser) -> None:
     """The last hour instead: the panels are redrawn over it."""
-    choose_window(browser, "1")
+    pages.choose_window(browser, "1")
     hour_ago_ms = (datetime.now(UTC) - timedelta(hours=1)).timestamp() * 1000
     wait_for(lambda: browser.check(
         "Chart.getChart(document.getElementById('hourly-chart')).data.labels.length <= 2"
@@ -138,7 +122,7 @@ def show_the_last_hour(browser) -> None:
 def check_a_pieces_route(browser, job_id: int) -> None:
     """A piece's route, from a click on it."""
     browser.evaluate(f"document.querySelector('#robot .piece[data-job-id=\"{job_id}\"]').click()")
-    wait_for(lambda: visible(browser, "#job-section") and browser.check(
+    wait_for(lambda: pages.visible(browser, "#job-section") and browser.check(
         "document.querySelectorAll('#job-steps > li').length === 5"), timeout=15, message="the job's route")
     steps = browser.evaluate("[...document.querySelectorAll('#job-steps > li')].map(li => "
                              "[li.dataset.state, li.querySelector('.step-machines').textContent,"
@@ -153,7 +137,7 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
     seed_history(writable, now)
     seed_alarms(writable, now)
     job_id = seed_live_job(writable, now)
-    open_page(browser, served, OPERATOR)
+    pages.open_page(browser, served, OPERATOR)
     wait_for(lambda: browser.check(
         "document.body.dataset.statsLoaded === 'true' && document.body.dataset.loaded === 'true'"
         " && !!Chart.getChart(document.getElementById('timeline-chart'))"
@@ -162,13 +146,13 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
 
     # The very window the page last asked for (its last 8 hours), asked again here: a
     # window of our own, a moment later, could lose a cycle that began at its edge.
-    window = {key: unquote(value) for key, value in asked_by(browser)("/api/stats")[-1].items()}
-    stats, timeline = stats_and_timeline(served, window)
+    window = {key: unquote(value) for key, value in pages.asked_by(browser)("/api/stats")[-1].items()}
+    stats, timeline = pages.stats_and_timeline(served, window)
     check_the_production_panel(browser, stats)
     check_the_timeline(browser, timeline)
 
     # A machine changes state: the event alone brings it onto the timeline.
-    changed = mc1_faults(writable)
+    changed = pages.mc1_faults(writable)
     events.write([("MachineStateChanged", {"equipmentId": "MC1", "state": "FAULT", "since": iso(changed)})])
     changed_ms = int(changed.timestamp() * 1000)
     wait_for(lambda: browser.check(
@@ -186,9 +170,9 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
     show_the_last_hour(browser)
     check_a_pieces_route(browser, job_id)
 
-    assert not visible(browser, "#ai-section")
+    assert not pages.visible(browser, "#ai-section")
     assert browser.evaluate("document.getElementById('message').textContent") == ""
-    assert page_errors(browser) == []
-    wait_for_the_8_hours(browser)
+    assert pages.page_errors(browser) == []
+    pages.wait_for_the_8_hours(browser)
     browser.call("Emulation.setDeviceMetricsOverride", width=1400, height=2400, deviceScaleFactor=1, mobile=False)
-    browser.screenshot(ARTIFACTS / "operator-views.png")
+    browser.screenshot(pages.ARTIFACTS / "operator-views.png")
