@@ -109,20 +109,26 @@ class GatewayServer(BaseApplication):
         except RuntimeError as exc:  # as BaseApplication.run: gunicorn's start-up errors
             print(f"\nError: {exc}\n", file=sys.stderr)
             sys.exit(1)
+        except SystemExit as halted:  # the master has stopped and reaped its workers
+            _leave_now(halted.code)
 
     def _worker_exit(self, _server, _worker):
         for app in self.apps:
             gateway_context(app).close()
-        # Its cleanup done, a forked worker ends as multiprocessing's children do,
-        # with os._exit: the interpreter's teardown touches every object inherited
-        # from the master (copy-on-write faults), 0.6 s of every stop. gunicorn
-        # calls this hook while the worker's SystemExit is on its way out.
+        # gunicorn calls this hook while the worker's SystemExit is on its way out.
         leaving = sys.exc_info()[1]
-        code = leaving.code if isinstance(leaving, SystemExit) else 1
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else 1)
+        _leave_now(leaving.code if isinstance(leaving, SystemExit) else 1)
+
+
+def _leave_now(code) -> None:
+    """End the process once its own cleanup is done, as multiprocessing's children
+    do (os._exit): the interpreter's teardown touched every object a worker
+    inherited from the master (copy-on-write faults), 0.6 s of every stop, and
+    took the master a few tenths more."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 # HTTP connections per worker that are not (yet) websockets: gunicorn stops

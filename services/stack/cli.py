@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -146,8 +148,13 @@ def _command(name: str):
     return getattr(importlib.import_module(f"services.stack.commands.{module}"), function)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+# The stack's own processes: once the command has returned, everything they opened
+# is closed (children stopped, the database stopped, engines disposed), and the
+# interpreter's teardown of all they imported took tenths of a second of every stop.
+LEAVE_AT_ONCE = ("up", "retention")
+
+
+def _run(args) -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -161,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code = _run(args)
+    if args.command in LEAVE_AT_ONCE:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

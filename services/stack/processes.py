@@ -46,5 +46,5 @@ def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
             # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
             grace = HARDWARE_STOP_SECONDS if name == "hardware" else ProcessSpec.grace_seconds
             specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace,
-                                     takes_hangup=name == "gateway"))
+                                     takes_hangup=name == "gateway", independent=name == "retention"))
     return specs

@@ -2,7 +2,8 @@
 
 Each process gets its output prefixed with its name, is restarted with
 back-off when it dies, and is stopped in reverse start order (SIGTERM, then
-SIGKILL after a grace period) on Ctrl-C or SIGTERM. SIGHUP is passed on to the
+SIGKILL after a grace period) on Ctrl-C or SIGTERM; a process nothing else waits
+on (``independent``) is told to stop with the first. SIGHUP is passed on to the
 processes that take it (the gateway: its workers re-read the tokens file).
 """
 
@@ -33,6 +34,9 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
     grace_seconds: float = 10.0
     takes_hangup: bool = False  # SIGHUP to the supervisor is passed on to it
+    # Nothing in the stack waits on it (the retention job): it is told to stop with
+    # the first process, not after every later one has stopped.
+    independent: bool = False
 
 
 class Supervised:
@@ -45,6 +49,7 @@ class Supervised:
         self.backoff = BACKOFF_FIRST
         self.next_start = 0.0
         self.started_at = 0.0
+        self.terminated: subprocess.Popen | None = None  # the run SIGTERM was sent to
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -77,10 +82,16 @@ class Supervised:
         if self.alive():
             self.proc.send_signal(signum)
 
+    def terminate(self) -> None:
+        """SIGTERM, once per run of the process."""
+        if self.alive() and self.terminated is not self.proc:
+            self.terminated = self.proc
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         if not self.alive():
             return
-        self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             self.proc.wait(self.spec.grace_seconds)
         except subprocess.TimeoutExpired:
@@ -116,7 +127,9 @@ class Supervisor:
     def status(self) -> dict[str, bool]:
         return {c.spec.name: c.alive() for c in self.children}
 
-    def run(self, on_started=None) -> None:
+    def run(self, on_started=None, on_stopping=None) -> None:
+        """Start every process, watch them until asked to stop, then stop them;
+        ``on_started(self)`` once all are started, ``on_stopping()`` when the stop begins."""
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGHUP, self.pass_on_hangup)
@@ -128,6 +141,11 @@ class Supervisor:
             while not self._stop.wait(0.5):
                 self._watch()
         finally:
+            if on_stopping:
+                on_stopping()
+            for child in self.children:
+                if child.spec.independent:
+                    child.terminate()
             for child in reversed(self.children):
                 child.stop()
 

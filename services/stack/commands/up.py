@@ -4,6 +4,7 @@ every process of the stack under one supervisor, with a start-up summary."""
 from __future__ import annotations
 
 import sys
+import threading
 
 from services.stack.commands.database import database_url, stop_if_started
 from services.stack.migrate import upgrade
@@ -44,8 +45,12 @@ def run(settings: Settings, args) -> int:
             ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
         _print_summary(settings, url, server, specs, page)
 
+    def stopping():
+        if server is not None:  # its shutdown checkpoint's work begins beside the processes' stops
+            threading.Thread(target=server.checkpoint, name="checkpoint", daemon=True).start()
+
     try:
-        Supervisor(specs).run(on_started=started)
+        Supervisor(specs).run(on_started=started, on_stopping=stopping)
     finally:
         stop_if_started(server)
     return 0
