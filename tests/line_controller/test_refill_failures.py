@@ -22,6 +22,7 @@ from services.line_controller.scheduler import default_scheduler
 from shared import events as ev
 from tests.flow.invariants import replay
 from tests.flow.test_command_properties import InstantHardware
+from tests.line_controller.test_recovery import plc
 
 HANG = "HANG"  # the robot never answers: the step times out
 ESTOP = "ESTOP"  # an emergency stop lands on the refill (PLC error 8), then is cleared
@@ -173,3 +174,13 @@ def test_a_timed_out_or_emergency_stopped_refill_answered_retry_is_refilled(line
     if how == ESTOP:
         assert [a.status for a in _rows(loop.engine, "SELECT status FROM alarm WHERE code = 'ROBOT_FAULT'")] \
             == ["CLEARED"]
+
+
+def test_a_reconnect_takes_the_dock_count_from_the_plc(harness):
+    """Pieces put on or taken off the dock while the link was down: the picture the
+    PLC comes back with is the count (a newer reading than the last pallet's)."""
+    harness.ok("PalletArrived", {"count": 2, "observedAt": "2026-11-30T10:00:00+00:00"})
+    harness.ok("PlcConnection", {"connected": False, "error": "gone"})
+    harness.ok("PlcConnection", {"connected": True, "plcState": {
+        **plc(), "dock": {"pieces": 5, "arrivals": 7}, "observedAt": "2026-11-30T10:00:05+00:00"}})
+    assert _dock(harness.engine) == 5

@@ -191,9 +191,12 @@ def plc_connection(evt: m.PlcConnection, ctx):
         return None
     for alarm in raised:
         db.resolve_alarm(alarm.id, "plc")
-    if evt.plc_state is not None:
-        return check_against_plc(db, ctx.layout, evt.plc_state)
-    return None
+    if evt.plc_state is None:
+        return None
+    dock = evt.plc_state.get("dock")
+    if dock is not None:  # the dock's count follows each reading of the PLC's (pieces moved meanwhile)
+        db.observe_dock(dock["pieces"], evt.plc_state.get("observedAt"))
+    return check_against_plc(db, ctx.layout, evt.plc_state)
 
 
 ROBOT_FAULT_ALARM = "ROBOT_FAULT"
