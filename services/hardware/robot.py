@@ -86,17 +86,25 @@ class ActionRunner:
             self.port.wait_for_link(min(RECONNECT_INTERVAL, max(deadline - time.monotonic(), 0.0)))
 
     def _handshake(self, action_id: int, what: str, started: float, read: Callable[[], tuple],
-                   answered) -> tuple:
+                   answered, taken: bool, before: int | None) -> tuple:
         """Wait for the PLC's answer to the command just sent: ``read()`` until
-        ``answered(values)``, ``values[0]`` being the id the PLC acknowledged. A
-        connection lost on the way is not a failure yet: once the PLC answers
-        again, its answer says whether it had the action. Never acknowledged (and
-        not back within ``reconnect_grace``, or back without it): it did not
-        happen (NOT_SENT). Acknowledged: the device goes on without the link, so
-        the PLC is waited for until the action's deadline; back with the action,
-        the handshake goes on; back without it (it restarted) or not back:
-        OUTCOME_UNKNOWN, reported at once."""
-        acked = False
+        ``answered(values)``, ``values[0]`` being the id the PLC acknowledged.
+
+        Acknowledged is the id seen, or ``taken``: the PLC answered the command
+        itself (OPC UA ``Accepted``, a Modbus strobe's write answered), which may
+        come before the id is seen. A connection lost on the way is not a failure
+        yet: once the PLC answers again, its answer says whether it had the
+        action. Acknowledged: the device goes on without the link, so the PLC is
+        waited for until the action's deadline; back with the action, the
+        handshake goes on; back without it (it restarted) or not back:
+        OUTCOME_UNKNOWN, reported at once. Never acknowledged: it did not happen
+        (NOT_SENT) only when the PLC is back within ``reconnect_grace`` still
+        showing ``before``, the id it showed before the command (it did not
+        restart, so it never had the command), or when the command never went
+        out (``before`` None); otherwise it may have had it (OUTCOME_UNKNOWN).
+        A PLC that showed the id, then another with no loss seen in between,
+        restarted unseen: OUTCOME_UNKNOWN too."""
+        acked, seen = taken, False
         while True:
             try:
                 values = read()
@@ -105,16 +113,27 @@ class ActionRunner:
                     raise
                 values = self._read_after_loss(read, started + self.action_timeout if acked else None)
                 if values is None or values[0] != action_id:
-                    if acked:
-                        raise PlcUnavailable(ev.OUTCOME_UNKNOWN, f"{what}: the PLC acknowledged it, then "
-                                             f"the connection was lost ({exc.message}) and the PLC "
-                                             "came back without it") from None
-                    raise PlcUnavailable(ev.NOT_SENT, f"{what}: never acknowledged, the connection was "
-                                         f"lost ({exc.message})") from None
-            acked = acked or values[0] == action_id
+                    untouched = before is None or (values is not None and values[0] == before != 0)
+                    raise self._lost(what, exc.message, acked, untouched) from None
+            if seen and values[0] != action_id:
+                raise self._lost(what, "the PLC restarted", True, False)
+            seen = seen or values[0] == action_id
+            acked = acked or seen
             if answered(values):
                 return values
             self._wait(started, what)
+
+    @staticmethod
+    def _lost(what: str, reason: str, acked: bool, untouched: bool) -> PlcUnavailable:
+        """The action's fate after the PLC came back without it (or did not come back)."""
+        if acked:
+            return PlcUnavailable(ev.OUTCOME_UNKNOWN, f"{what}: the PLC acknowledged it, then the connection "
+                                  f"was lost ({reason}) and the PLC came back without it")
+        if untouched:
+            return PlcUnavailable(ev.NOT_SENT, f"{what}: never acknowledged, the connection was lost "
+                                  f"({reason}) and the PLC came back as it was before it")
+        return PlcUnavailable(ev.OUTCOME_UNKNOWN, f"{what}: sent, its answer lost with the connection "
+                              f"({reason}), and the PLC came back changed or not at all: it may have had it")
 
     def _robot_answer(self) -> tuple:
         status = self.port.robot_status()
@@ -144,7 +163,7 @@ class ActionRunner:
                     continue
                 if status.state != P.ROBOT_BUSY:
                     try:
-                        self.port.send_robot_command(action_id, cmd)
+                        taken = self.port.send_robot_command(action_id, cmd)
                         break
                     except RobotBusy:  # busy after all (the state read was older): wait as above
                         pass
@@ -154,7 +173,7 @@ class ActionRunner:
                 raise PlcUnavailable(ev.NOT_SENT, f"{what} not sent: {exc.message}") from None
             raise
         _ack, state, _done, error = self._handshake(
-            action_id, what, started, self._robot_answer, lambda v: v[2] == action_id)
+            action_id, what, started, self._robot_answer, lambda v: v[2] == action_id, taken, status.ack_id)
         if state == P.ROBOT_ERROR or error:
             code = "SOURCE_EMPTY" if error == P.ERR_SOURCE_EMPTY else "PLC_ERROR"
             raise PlcUnavailable(code, P.plc_error_message(error))
@@ -174,14 +193,16 @@ class ActionRunner:
         with self._machine_locks[cmd.equipment_id]:
             for attempt in (1, 2):  # away for a moment? waited for as a robot action is, then again
                 try:
-                    self.port.start_machine(cmd.equipment_id, action_id, dict(cmd.jobs))
+                    before = answer()[0]
+                    taken = self.port.start_machine(cmd.equipment_id, action_id, dict(cmd.jobs))
                     break
                 except PlcUnavailable as exc:
                     if exc.code not in LINK_ERRORS:
                         raise
                     if attempt == 2 or self._read_after_loss(answer) is None:
                         raise PlcUnavailable(ev.NOT_SENT, f"{what} not sent: {exc.message}") from None
-            _ack, error = self._handshake(action_id, what, started, answer, lambda v: v[0] == action_id)
+            _ack, error = self._handshake(action_id, what, started, answer, lambda v: v[0] == action_id,
+                                          taken, before)
         if error:
             raise PlcUnavailable("PLC_ERROR", P.plc_error_message(error))
         return {"equipmentId": cmd.equipment_id, "slots": sorted(cmd.jobs)}
@@ -190,13 +211,16 @@ class ActionRunner:
         what = f"abort {action_id} of {cmd.equipment_id}"
         with self._machine_locks[cmd.equipment_id]:
             # A PLC away is waited for by the handshake (never acknowledged within the grace: NOT_SENT).
+            taken = False
             try:
-                self.port.abort_machine(cmd.equipment_id, action_id)
+                before = self.port.abort_answer(cmd.equipment_id)
+                taken = self.port.abort_machine(cmd.equipment_id, action_id)
             except PlcUnavailable as exc:
                 if exc.code not in LINK_ERRORS:
                     raise
+                before = None  # it never went out
             self._handshake(action_id, what, started, lambda: (self.port.abort_answer(cmd.equipment_id),),
-                            lambda v: v[0] == action_id)
+                            lambda v: v[0] == action_id, taken, before)
         return {"equipmentId": cmd.equipment_id}
 
 

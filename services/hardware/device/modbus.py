@@ -38,41 +38,45 @@ class ModbusPort(DevicePort):
         fault, ack, state, done, error = self.link.read(self.map.robot_base + P.R_FAULT, 5)
         return RobotStatus(fault, ack, state, done, error)
 
-    def send_robot_command(self, action_id: int, command) -> None:
+    def send_robot_command(self, action_id: int, command) -> bool:
         base = self.map.robot_base
         params = [command.code, command.src[0], command.src[1], command.dst[0], command.dst[1],
                   command.aux_slot, *P.split_u32(command.job_id), *P.split_u32(command.job2_id)]
         self.link.write(base + P.R_CMD_CODE, params)
         self.link.write(base + P.R_TEXT_IN, P.encode_text(command.text))
-        self._strobe(base + P.R_CMD_ID, action_id)
+        return self._strobe(base + P.R_CMD_ID, action_id)
 
-    def _strobe(self, address: int, action_id: int) -> None:
-        """Write the action id that strobes a command. Its answer may be lost with the
-        connection after the PLC took it: the handshake that follows finds out."""
+    def _strobe(self, address: int, action_id: int) -> bool:
+        """Write the action id that strobes a command; True when the write was
+        answered (the PLC holds the strobe: it may act on it from now on, even if it
+        restarts before its ACK_ID is read). Its answer may be lost with the
+        connection after the PLC took it (False): the handshake that follows finds out."""
         try:
             self.link.write(address, [action_id])
         except PlcUnavailable as exc:
             if exc.code not in LINK_ERRORS:
                 raise
+            return False
+        return True
 
     def scan_text(self) -> str:
         return P.decode_text(self.link.read(self.map.robot_base + P.R_TEXT_OUT, P.TEXT_REGISTERS))
 
-    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> None:
+    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> bool:
         regs = self.map.for_equipment(equipment_id)
         for slot, job in jobs.items():
             slot_base = regs.base + 8 + 8 * (slot - 1)
             self.link.write(slot_base + P.S_JOB_ID, P.split_u32(job))
             self.link.write(slot_base + P.S_START, [1])
-        self._strobe(regs.base + P.M_START_ID, action_id)
+        return self._strobe(regs.base + P.M_START_ID, action_id)
 
     def machine_answer(self, equipment_id: str) -> MachineAnswer:
         ack, error = self.link.read(self.map.for_equipment(equipment_id).base + P.M_ACK_ID, 2)
         return MachineAnswer(ack, error)
 
-    def abort_machine(self, equipment_id: str, action_id: int) -> None:
+    def abort_machine(self, equipment_id: str, action_id: int) -> bool:
         # the strobe is its only write
-        self._strobe(self.map.for_equipment(equipment_id).base + P.M_ABORT_ID, action_id)
+        return self._strobe(self.map.for_equipment(equipment_id).base + P.M_ABORT_ID, action_id)
 
     def abort_answer(self, equipment_id: str) -> int:
         return self.link.read(self.map.for_equipment(equipment_id).base + P.M_ABORT_ACK_ID, 1)[0]

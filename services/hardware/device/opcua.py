@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,13 +34,16 @@ import eventlet.event
 
 from services.hardware import opcua_map as M
 from services.hardware.device.asyncio_bridge import CallFailed, LoopClosed, LoopThread, NoAnswer
+from services.hardware.device.opcua_errors import ProblemLog, quiet_asyncua_echoes, why_no_session
 from services.hardware.device.opcua_session import (
     CONNECT_TIMEOUTS,
     connect,
     disconnect,
+    granted_text,
     link_error,
     load_credentials,
     resolve,
+    subscribe,
     variants,
 )
 from services.hardware.device.opcua_values import ValueCopy, robot_status, watched_keys
@@ -47,8 +52,6 @@ from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
-PUBLISHING_INTERVAL_MS = 10   # the subscription's publishing interval
-QUEUE_SIZE = 16               # values the server keeps per item between publishes: no edge is lost
 # Seconds between reconnect attempts (an action waiting for the link asks for one at once).
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
 
@@ -67,7 +70,8 @@ def parse_url(url: str) -> str:
 class OpcUaPort(DevicePort):
     protocol = "opcua"
 
-    def __init__(self, url: str, layout: Layout, timeout: float = 2.0, options: dict | None = None):
+    def __init__(self, url: str, layout: Layout, timeout: float = 2.0, options: dict | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if layout.plc is None:
             raise ValueError("the line layout has no plc: map (stations and devices, see deploy/OPCUA_MAP.md)")
         self.url = parse_url(url)
@@ -96,6 +100,8 @@ class OpcUaPort(DevicePort):
         self._credentials = load_credentials(self.options) if security != "none" else None
         self._bridge = LoopThread("opcua-driver")
         _quiet_asyncua()
+        quiet_asyncua_echoes()
+        self.problems = ProblemLog(self._say, clock)  # why no session opens, once a minute at most
         # Set on the driver's loop only (bound to it at their first wait there).
         self._stop = asyncio.Event()
         self._retry_now = asyncio.Event()  # set: reconnect now, not after the back-off
@@ -130,16 +136,18 @@ class OpcUaPort(DevicePort):
             client = None
             try:
                 client, lost = await self._open_session()
+                self.problems.opened()
                 delay = BACKOFF_FIRST
                 stop = asyncio.ensure_future(self._stop.wait())
                 gone = asyncio.ensure_future(lost.wait())
                 await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
                 stop.cancel()
                 gone.cancel()
-                reason = lost.reason if lost.is_set() else "closed"
+                message = f"OPC UA session with {self.url} lost: {lost.reason if lost.is_set() else 'closed'}"
             except Exception as exc:  # refused, timed out, rejected credentials, …
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            self._mark_lost(f"OPC UA session with {self.url} lost: {reason}"[:300])
+                level, message = await why_no_session(exc, self.url, self.timeout, self._credentials, self.options)
+                self.problems.failed(level, message)
+            self._mark_lost(message[:300])
             if client is not None:
                 await disconnect(client)
             if self._stop.is_set():
@@ -170,8 +178,8 @@ class OpcUaPort(DevicePort):
             self._copy.session_up(dict(zip(self._watched, values, strict=True)))
             self._bridge.post(self._wake_watchers)
             self._say(logging.INFO, "OPC UA session with %s (security %s)", self.url, self.security)
-            sub = await client.create_subscription(PUBLISHING_INTERVAL_MS, _Notifications(self))
-            await sub.subscribe_data_change(watched, queuesize=QUEUE_SIZE)
+            granted = await subscribe(client, watched, _Notifications(self))
+            self._say(logging.INFO, "OPC UA subscription at %s: %s", self.url, granted_text(granted))
         except BaseException:
             await disconnect(client)
             raise
@@ -235,9 +243,11 @@ class OpcUaPort(DevicePort):
             self._startup_waited = True  # once: later calls fail at once while the PLC is away
         return self._copy.snapshot()
 
-    def _call_method(self, device_key: str, method_key: str, args: list) -> bool:
-        """Call a command method; True when it answered Accepted. A link failure
-        before the call went out is raised; after, it is not (the handshake finds out)."""
+    def _call_method(self, device_key: str, method_key: str, args: list) -> bool | None:
+        """Call a command method: its ``Accepted`` (True: the PLC took it, and that is
+        the acknowledgement, whether or not its ``AckId`` notification came yet), or
+        None when the call went out and its answer was lost (the handshake finds
+        out). A link failure before the call went out is raised."""
         client = self._client
         if client is None or not self._connected:
             raise PlcUnavailable("CONNECTION_REFUSED", self._copy.error)
@@ -248,7 +258,7 @@ class OpcUaPort(DevicePort):
         except PlcUnavailable as exc:
             if exc.code == "PLC_ERROR":
                 raise
-            return True  # it may have gone out: the acknowledged ids say
+            return None  # it may have gone out: the acknowledged ids say
         return bool(result[0] if isinstance(result, list) else result)
 
     def call(self, object_node_id: str, method_node_id: str, args: list[tuple[Any, str]]) -> list:
@@ -268,28 +278,32 @@ class OpcUaPort(DevicePort):
     def robot_status(self) -> RobotStatus:
         return robot_status(self._require_session())
 
-    def send_robot_command(self, action_id: int, command) -> None:
+    def send_robot_command(self, action_id: int, command) -> bool:
         args = [(action_id, M.UINT16), (command.code, M.UINT16), (command.src[0], M.UINT16),
                 (command.src[1], M.UINT16), (command.dst[0], M.UINT16), (command.dst[1], M.UINT16),
                 (command.aux_slot, M.UINT16), (command.job_id, M.UINT32), (command.job2_id, M.UINT32),
                 (command.text or "", M.STRING)]
-        if not self._call_method(M.ROBOT, f"{M.ROBOT}.Execute", args):
+        accepted = self._call_method(M.ROBOT, f"{M.ROBOT}.Execute", args)
+        if accepted is False:
             raise RobotBusy(f"robot action {action_id}: the PLC did not accept it (the robot is busy)")
+        return bool(accepted)
 
     def scan_text(self) -> str:
         return str(self._require_session()["Robot.ScanText"] or "")
 
-    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> None:
+    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> bool:
         slots = sorted(jobs)
         args = [(action_id, M.UINT16), (slots, M.UINT16 + "[]"), ([jobs[s] for s in slots], M.UINT32 + "[]")]
-        self._call_method(equipment_id, f"{equipment_id}.Start", args)  # answered in AckId / ErrorCode
+        # answered in AckId / ErrorCode; Accepted false (a refusal with its ErrorCode) is
+        # an answer too, but only AckId says it: the handshake waits for that
+        return bool(self._call_method(equipment_id, f"{equipment_id}.Start", args))
 
     def machine_answer(self, equipment_id: str) -> MachineAnswer:
         v = self._require_session()
         return MachineAnswer(int(v[f"{equipment_id}.AckId"]), int(v[f"{equipment_id}.ErrorCode"]))
 
-    def abort_machine(self, equipment_id: str, action_id: int) -> None:
-        self._call_method(equipment_id, f"{equipment_id}.Abort", [(action_id, M.UINT16)])
+    def abort_machine(self, equipment_id: str, action_id: int) -> bool:
+        return bool(self._call_method(equipment_id, f"{equipment_id}.Abort", [(action_id, M.UINT16)]))
 
     def abort_answer(self, equipment_id: str) -> int:
         return int(self._require_session()[f"{equipment_id}.AbortAckId"])
@@ -311,9 +325,9 @@ class OpcUaPort(DevicePort):
                 pass
         self._changed = eventlet.event.Event()  # before draining: a later change wakes the next wait
         changes, connected, error = self._copy.drain()
+        if not changes and not connected:  # still away: why, now (the watcher and /readyz say it)
+            raise PlcUnavailable("CONNECTION_REFUSED", error)
         if not changes and not self._delivered_any:
-            if not connected:
-                raise PlcUnavailable("CONNECTION_REFUSED", error)
             changes = [self.read_state()]
         self._delivered_any = self._delivered_any or any(isinstance(c, dict) for c in changes)
         return changes

@@ -17,6 +17,14 @@ from services.hardware.device.port import PlcUnavailable
 from services.hardware.opcua_certs import ensure_certificate, read_certificate
 
 CLIENT_APP_URI = "urn:linectl:hardware"
+# The subscription asked for: published every 10 ms; each item sampled as fast as the
+# server can (0: its fastest practical rate; a server that samples slower than a
+# change lasts never sees it); up to 64 values kept per item between two publishes,
+# the oldest dropped first should more come (the newest, the state now, is never
+# dropped; the cell makes a handful of edges per item per publish).
+PUBLISHING_INTERVAL_MS = 10
+SAMPLING_INTERVAL_MS = 0.0
+QUEUE_SIZE = 64
 # Opening a session (hello, secure channel, session, activation) may take this many request timeouts.
 CONNECT_TIMEOUTS = 2
 
@@ -89,6 +97,61 @@ async def disconnect(client: Client) -> None:
         await asyncio.wait_for(client.disconnect(), 1.0)
     except Exception:
         pass
+
+
+async def subscribe(client: Client, nodes: list, handler) -> dict[str, Any]:
+    """A subscription with a monitored item per node, asked as above; returns what
+    the server granted (publishing interval; the sampling intervals and queue sizes
+    it revised). A node it refuses to monitor fails the session: its edges would
+    never come."""
+    sub = await client.create_subscription(PUBLISHING_INTERVAL_MS, handler)
+    requests = [_monitor(node, handle) for handle, node in enumerate(nodes, start=1)]
+    # Subscription.create_monitored_items keeps only the ids of its results; the
+    # revised values are read on the way, on this session object, for this one call.
+    session, granted = sub.server, []
+
+    async def create_and_keep(params):
+        results = await type(session).create_monitored_items(session, params)
+        granted.extend(results)
+        return results
+
+    session.create_monitored_items = create_and_keep
+    try:
+        await sub.create_monitored_items(requests)
+    finally:
+        del session.create_monitored_items
+    refused = [f"{n.nodeid.to_string()}: {r.StatusCode.name}" for n, r in zip(nodes, granted, strict=True)
+               if not r.StatusCode.is_good()]
+    if refused:
+        raise PlcUnavailable("PLC_ERROR", f"the server refused to monitor {', '.join(refused)}"[:300])
+    return {"publishing": sub.parameters.RequestedPublishingInterval,
+            "sampling": sorted({r.RevisedSamplingInterval for r in granted}),
+            "queue": sorted({r.RevisedQueueSize for r in granted})}
+
+
+def _monitor(node, handle: int) -> ua.MonitoredItemCreateRequest:
+    item = ua.ReadValueId()
+    item.NodeId = node.nodeid
+    item.AttributeId = ua.AttributeIds.Value
+    params = ua.MonitoringParameters()
+    params.ClientHandle = handle
+    params.SamplingInterval = SAMPLING_INTERVAL_MS
+    params.QueueSize = QUEUE_SIZE
+    params.DiscardOldest = True
+    request = ua.MonitoredItemCreateRequest()
+    request.ItemToMonitor = item
+    request.MonitoringMode = ua.MonitoringMode.Reporting
+    request.RequestedParameters = params
+    return request
+
+
+def granted_text(granted: dict[str, Any]) -> str:
+    """One line: what the server granted, beside what was asked."""
+    def span(values: list) -> str:
+        return f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g}-{values[-1]:g}"
+    return (f"publishing every {granted['publishing']:g} ms (asked {PUBLISHING_INTERVAL_MS}), sampling "
+            f"{span(granted['sampling'])} ms (asked {SAMPLING_INTERVAL_MS:g}: the fastest), queues of "
+            f"{span(granted['queue'])} (asked {QUEUE_SIZE})")
 
 
 def resolve(node_id: str, namespaces: list[str]) -> ua.NodeId:

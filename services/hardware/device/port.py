@@ -61,7 +61,13 @@ class DevicePort(abc.ABC):
     The ``send_*`` / ``start_*`` / ``abort_*`` commands raise a link failure only
     when the PLC cannot have the command; once it may have it (the strobe was
     written, the method was called) a lost answer is not raised: the handshake
-    that follows finds out from the acknowledged ids."""
+    that follows finds out from the acknowledged ids. They return True when the
+    PLC answered that it has the command (OPC UA: the method's ``Accepted``;
+    Modbus: the strobe's write was answered, and the PLC acknowledges a strobe
+    it holds within its scan), False when it may have it (sent, the answer
+    lost). A command the PLC has is acknowledged even if its ``AckId``/``ACK_ID``
+    was not seen yet: a PLC that restarts before it is seen may have started it
+    (docs/state-machines.md, "How each protocol closes the acknowledgement window")."""
 
     protocol: str = ""
 
@@ -74,7 +80,7 @@ class DevicePort(abc.ABC):
     def robot_status(self) -> RobotStatus: ...
 
     @abc.abstractmethod
-    def send_robot_command(self, action_id: int, command) -> None:
+    def send_robot_command(self, action_id: int, command) -> bool:
         """Send a robot/tool command (a ``RobotCommand``) under ``action_id``."""
 
     @abc.abstractmethod
@@ -82,14 +88,14 @@ class DevicePort(abc.ABC):
         """The last SCAN's result (a barcode)."""
 
     @abc.abstractmethod
-    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> None:
+    def start_machine(self, equipment_id: str, action_id: int, jobs: dict[int, int]) -> bool:
         """Start the slots ``jobs`` (slotNo → jobId; empty: every loaded slot)."""
 
     @abc.abstractmethod
     def machine_answer(self, equipment_id: str) -> MachineAnswer: ...
 
     @abc.abstractmethod
-    def abort_machine(self, equipment_id: str, action_id: int) -> None:
+    def abort_machine(self, equipment_id: str, action_id: int) -> bool:
         """Abort every running cycle of the machine (its pieces stay)."""
 
     @abc.abstractmethod
