@@ -8,6 +8,7 @@ module in ``services/stack/commands/``.
     linectl runtime   the reference AI Runtime worker
     linectl backup    pg_dump of the database (embedded or LINECTL_DATABASE_URL)
     linectl restore   a backup into an empty database (--force: replace what is there)
+    linectl users     local users: add, passwd, disable, enable, list
 
 A bad setting stops any sub-command with one line naming it (exit status 2).
 """
@@ -23,6 +24,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from services.ai_runtime import cli as runtime_cli
+from services.stack.commands import users as users_cli
 from shared.config import MAX_RETENTION_DAYS, SettingsError, load_settings
 from shared.logs import configure_logging
 
@@ -41,6 +43,7 @@ COMMANDS = {
     "backup": ("backup_restore:run_backup", "a consistent pg_dump of the database (default: <data dir>/backups/)"),
     "restore": ("backup_restore:run_restore",
                 "restore a backup into an empty database (--force replaces what is there)"),
+    "users": ("users:run", "local users: add, passwd, disable, enable, list"),
 }
 
 
@@ -126,6 +129,7 @@ ARGUMENTS = {
     "runtime": runtime_cli.add_arguments,
     "backup": functools.partial(_dump_args, restore=False),
     "restore": functools.partial(_dump_args, restore=True),
+    "users": users_cli.add_arguments,
 }
 
 

@@ -11,7 +11,8 @@ variable; ``linectl`` prints it and exits with status 2.
 One module per area, each with its fields, what is derived from them and their
 parsers: ``database``, ``transport`` (and the nameko config), ``line`` (data
 directory, layout, logging, the loop's timings), ``gateway``, ``plc`` (the PLC,
-its protocol, the simulator), ``tokens``, ``ai``, ``retention``; ``settings``
+its protocol, the simulator), ``tokens``, ``ai``, ``retention``, ``people`` (sessions,
+LDAP, TLS); ``settings``
 joins them and reads them; ``parse`` holds the shared parsers.
 """
 
@@ -20,6 +21,7 @@ from .database import DatabaseSettings, mask_url
 from .gateway import GatewaySettings
 from .line import LAYOUT_NAME, LineSettings, default_line_file
 from .parse import PREFIX, SettingsError
+from .people import PeopleSettings, check_bind
 from .plc import PlcSettings
 from .retention import MAX_RETENTION_DAYS, RetentionSettings
 from .settings import Settings, load_settings
@@ -38,8 +40,8 @@ from .transport import TransportSettings, nameko_config
 
 __all__ = [
     "AiSettings", "DatabaseSettings", "GatewaySettings", "LAYOUT_NAME", "LineSettings", "MAX_RETENTION_DAYS",
-    "MIN_TOKEN_LENGTH", "PLACEHOLDER_MARKERS", "PREFIX", "PlcSettings", "ROLES", "RetentionSettings",
-    "Settings", "SettingsError", "TokenHolder", "TokenSettings", "TransportSettings", "default_line_file",
+    "MIN_TOKEN_LENGTH", "PLACEHOLDER_MARKERS", "PeopleSettings", "PREFIX", "PlcSettings", "ROLES", "RetentionSettings",
+    "Settings", "SettingsError", "TokenHolder", "check_bind", "TokenSettings", "TransportSettings", "default_line_file",
     "ensure_tokens", "load_settings", "mask_url", "nameko_config", "parse_tokens", "parse_tokens_file",
     "read_tokens_file",
 ]

@@ -4,7 +4,9 @@
   writes the line-control tables (orders, jobs, slots, tasks, alarms, manual
   actions, the event log, the inbox, audit); no access to the AI tables.
 * ``linectl_gateway``: the gateway's connections. Reads every line-control
-  table, and writes only the AI tables (``ai_*``), as seed 000's "API".
+  table, and writes only the AI tables (``ai_*``), as seed 000's "API", and
+  the people tables (``people_*``: users, sessions, the access audit), which
+  the line_controller does not see.
 
 A process takes its role at connect time (libpq ``options=-c role=…``, see
 :func:`connect_args`), so every statement of that connection is checked
@@ -35,6 +37,7 @@ GATEWAY = "linectl_gateway"
 ROLES = (CONTROLLER, GATEWAY)
 
 AI_TABLE_PREFIX = "ai_"
+PEOPLE_TABLE_PREFIX = "people_"
 TRANSPORT_TABLE_PREFIX = "mq_"
 NOT_DOMAIN = ("alembic_version",)
 
@@ -83,8 +86,8 @@ def apply(conn) -> bool:
                     ", ".join(sorted(set(ROLES) - present)), "the migrating user")
         return False
     tables = _tables(conn)
-    ai = [t for t in tables if t.startswith(AI_TABLE_PREFIX)]
-    line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX))
+    gateway_writes = [t for t in tables if t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX))]
+    line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX))
             and t not in NOT_DOMAIN]
     quoted = ", ".join
     statements = [
@@ -92,10 +95,10 @@ def apply(conn) -> bool:
         f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}",
         f"GRANT USAGE ON SCHEMA public TO {CONTROLLER}, {GATEWAY}",
         f"GRANT SELECT ON {quoted(line)} TO {GATEWAY}",
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(ai)} TO {GATEWAY}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(gateway_writes)} TO {GATEWAY}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(line)} TO {CONTROLLER}",
     ]
-    for role, owned in ((GATEWAY, ai), (CONTROLLER, line)):
+    for role, owned in ((GATEWAY, gateway_writes), (CONTROLLER, line)):
         seqs = _sequences_of(conn, owned)
         if seqs:
             statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {quoted(seqs)} TO {role}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from services.identity import bootstrap
 from services.stack.commands.database import database_url, stop_if_started
 from services.stack.migrate import upgrade
 from services.stack.processes import stack_processes
@@ -32,6 +33,7 @@ def _print_summary(settings: Settings, url: str, server, specs, page: str) -> No
 def run(settings: Settings, args) -> int:
     url, server = database_url(settings)
     upgrade(url)
+    admin_password = bootstrap.initial_admin_at(url, settings)
     settings = ensure_tokens(settings)
     specs = stack_processes(settings, url)
     page = f"http://{settings.http_host}:{settings.http_port}/"
@@ -44,6 +46,7 @@ def run(settings: Settings, args) -> int:
             # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
             ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
         _print_summary(settings, url, server, specs, page)
+        bootstrap.announce(admin_password, settings)
 
     def stopping():
         if server is not None:  # its shutdown checkpoint's work begins beside the processes' stops

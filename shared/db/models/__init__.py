@@ -11,6 +11,8 @@ Three bounded contexts share the database, a module each:
 * ``ai``: AI Runtime jobs (seed 000): ai_runtime_job, ai_runtime_result,
   ai_job_transition, ai_snapshot, ai_credential. Only ``services.ai_jobs``
   writes them.
+* ``people``: users, sessions, failed sign-ins and the access audit
+  (people_*). Only ``services.identity`` writes them.
 * ``transport``: the pgsql:// message transport: mq_exchange, mq_queue,
   mq_binding, mq_consumer, mq_message, mq_dead_letter.
 
@@ -40,6 +42,14 @@ from shared.db.models.line import (
     ManualAction,
     Task,
     WorkOrder,
+)
+from shared.db.models.people import (
+    SESSION_SOURCES,
+    USER_ROLES,
+    PeopleAudit,
+    PeopleSession,
+    PeopleSignInFailure,
+    PeopleUser,
 )
 from shared.db.models.transport import (
     MQ_EXCHANGE_TYPES,
@@ -75,6 +85,7 @@ from shared.db.models.vocabularies import (
 )
 
 __all__ = [
+    "PeopleAudit", "PeopleSession", "PeopleSignInFailure", "PeopleUser", "SESSION_SOURCES", "USER_ROLES",
     "NAMING", "Base", "AiCredential", "AiJobTransition", "AiRuntimeJob", "AiRuntimeResult",
     "AiSnapshot", "Alarm", "AuditLog", "Dock", "Equipment", "EquipmentSlot", "EventLog", "Job",
     "LoopMessage", "MachineCycle", "MachineStateInterval", "ManualAction", "Task", "WorkOrder",

@@ -1,0 +1,124 @@
+"""People settings: sign-in sessions, password hashing, LDAP and TLS.
+
+``LINECTL_SESSION_IDLE_MINUTES`` (60) and ``LINECTL_SESSION_MAX_HOURS`` (12)
+end a session; ``LINECTL_ARGON2_TIME_COST`` / ``LINECTL_ARGON2_MEMORY_KIB``
+tune new password hashes (argon2-cffi's defaults; tests lower them).
+``LINECTL_LDAP_*`` name an optional directory tried after local users;
+``LINECTL_TLS_CERT`` / ``LINECTL_TLS_KEY`` serve HTTPS, and a non-loopback
+``LINECTL_HTTP_HOST`` without them needs ``LINECTL_ALLOW_PLAIN_HTTP=1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from argon2 import DEFAULT_MEMORY_COST, DEFAULT_TIME_COST
+
+from .parse import PREFIX, SettingsError, parse_bool, parse_int
+from .tokens import ROLES
+
+DEFAULT_LDAP_FILTER = "(uid={username})"
+
+
+@dataclasses.dataclass(frozen=True)
+class PeopleSettings:
+    session_idle_minutes: int = 60
+    session_max_hours: int = 12
+    argon2_time_cost: int = DEFAULT_TIME_COST
+    argon2_memory_kib: int = DEFAULT_MEMORY_COST
+    ldap_url: str | None = None
+    ldap_starttls: bool = False
+    ldap_bind_dn: str | None = None
+    ldap_bind_password: str | None = None
+    ldap_user_base: str | None = None
+    ldap_user_filter: str = DEFAULT_LDAP_FILTER
+    # role -> group DN, in the order given (the first group the user is in wins)
+    ldap_role_groups: tuple[tuple[str, str], ...] = ()
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_plain_http: bool = False
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
+
+
+def _ldap_url(name: str, raw: str) -> str:
+    url = raw.strip()
+    if not url.lower().startswith(("ldap://", "ldaps://")):
+        raise SettingsError(f"{PREFIX}{name}: expected ldap://host[:port] or ldaps://host[:port]")
+    return url
+
+
+def _user_filter(name: str, raw: str) -> str:
+    text = raw.strip()
+    if "{username}" not in text or not (text.startswith("(") and text.endswith(")")):
+        raise SettingsError(f"{PREFIX}{name}: a filter in parentheses with {{username}}, "
+                            f"e.g. {DEFAULT_LDAP_FILTER}")
+    return text
+
+
+def parse_role_groups(name: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """``role=group dn;role=group dn`` (a DN has commas and equal signs of its own)."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in raw.split(";"))):
+        role, sep, dn = item.partition("=")
+        if not sep or role.strip() not in ROLES or not dn.strip():
+            raise SettingsError(f"{PREFIX}{name}: expected role=group-dn;… with roles {', '.join(ROLES)}")
+        pairs.append((role.strip(), dn.strip()))
+    return tuple(pairs)
+
+
+def _pem(name: str, raw: str) -> Path:
+    path = Path(raw.strip()).expanduser()
+    if not path.is_file():
+        raise SettingsError(f"{PREFIX}{name}: no such file {path}")
+    return path
+
+
+PARSERS = {
+    "SESSION_IDLE_MINUTES": ("session_idle_minutes", lambda n, r: parse_int(n, r, 1, 7 * 24 * 60)),
+    "SESSION_MAX_HOURS": ("session_max_hours", lambda n, r: parse_int(n, r, 1, 24 * 31)),
+    "ARGON2_TIME_COST": ("argon2_time_cost", lambda n, r: parse_int(n, r, 1, 64)),
+    "ARGON2_MEMORY_KIB": ("argon2_memory_kib", lambda n, r: parse_int(n, r, 64, 4 * 1024 * 1024)),
+    "LDAP_URL": ("ldap_url", _ldap_url),
+    "LDAP_STARTTLS": ("ldap_starttls", parse_bool),
+    "LDAP_BIND_DN": ("ldap_bind_dn", lambda n, r: r.strip()),
+    "LDAP_BIND_PASSWORD": ("ldap_bind_password", lambda n, r: r),
+    "LDAP_USER_BASE": ("ldap_user_base", lambda n, r: r.strip()),
+    "LDAP_USER_FILTER": ("ldap_user_filter", _user_filter),
+    "LDAP_ROLE_GROUPS": ("ldap_role_groups", parse_role_groups),
+    "TLS_CERT": ("tls_cert", _pem),
+    "TLS_KEY": ("tls_key", _pem),
+    "ALLOW_PLAIN_HTTP": ("allow_plain_http", parse_bool),
+}
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    return host.strip().lower() in LOOPBACK_HOSTS or host.strip().startswith("127.")
+
+
+def check_bind(settings: PeopleSettings) -> None:
+    """Start-up refuses plain HTTP on a non-loopback address: passwords and
+    session cookies would cross the network in clear."""
+    host = getattr(settings, "http_host", "127.0.0.1")
+    if not settings.tls and not settings.allow_plain_http and not is_loopback(host):
+        raise SettingsError(f"{PREFIX}HTTP_HOST: {host} is not a loopback address and no {PREFIX}TLS_CERT/"
+                            f"{PREFIX}TLS_KEY are set; set them, or {PREFIX}ALLOW_PLAIN_HTTP=1 behind a "
+                            "TLS-terminating proxy")
+
+
+def check_people(values: dict) -> None:
+    """What only the settings together can tell: both TLS files or neither, an
+    LDAP URL with its user base and groups."""
+    if ("tls_cert" in values) != ("tls_key" in values):
+        missing = "TLS_KEY" if "tls_cert" in values else "TLS_CERT"
+        raise SettingsError(f"{PREFIX}{missing}: needed with {PREFIX}TLS_CERT and {PREFIX}TLS_KEY both set")
+    if values.get("ldap_url"):
+        for key, field in (("LDAP_USER_BASE", "ldap_user_base"), ("LDAP_ROLE_GROUPS", "ldap_role_groups")):
+            if not values.get(field):
+                raise SettingsError(f"{PREFIX}{key}: needed with {PREFIX}LDAP_URL")
