@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared import events as ev
 from shared.db.models import JOB_LIVE
 
 # Manual-action kinds, one per check; every recovery kind starts with this.
@@ -29,12 +30,21 @@ MACHINE_IDLE_BUT_DB_RUNNING = "RECOVERY_MACHINE_IDLE_BUT_DB_RUNNING"
 MACHINE_RUNNING_BUT_DB_IDLE = "RECOVERY_MACHINE_RUNNING_BUT_DB_IDLE"
 TASK_OUTCOME_UNKNOWN = "RECOVERY_TASK_OUTCOME_UNKNOWN"
 PLC_UNREACHABLE = "RECOVERY_PLC_UNREACHABLE"
+BUFFER_PIECE_MISSING = "RECOVERY_BUFFER_PIECE_MISSING"
+BUFFER_PIECE_UNKNOWN = "RECOVERY_BUFFER_PIECE_UNKNOWN"
+DOCK_COUNT_MISMATCH = "RECOVERY_DOCK_COUNT_MISMATCH"
 
 RECOVERY_KINDS = (
     SLOT_MISMATCH, DUPLICATE_BUFFER_SLOT, BUFFER_SLOT_OUT_OF_RANGE,
     MACHINE_IDLE_BUT_DB_RUNNING, MACHINE_RUNNING_BUT_DB_IDLE, TASK_OUTCOME_UNKNOWN,
-    PLC_UNREACHABLE,
+    PLC_UNREACHABLE, BUFFER_PIECE_MISSING, BUFFER_PIECE_UNKNOWN, DOCK_COUNT_MISMATCH,
 )
+
+# Actions whose outcome a restart made unknown that are sent again rather than
+# asked about: repeating them is harmless. A SCAN reads a barcode and moves
+# nothing; a MARK burns text into the piece (twice is a damaged piece), a move
+# may have the piece in the gripper, a start runs a second cycle: those are asked.
+SAFE_TO_REPEAT = (ev.SCAN,)
 
 
 def is_recovery(kind: str) -> bool:
@@ -51,6 +61,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     MACHINE_RUNNING_BUT_DB_IDLE: ("CONFIRM",),
     TASK_OUTCOME_UNKNOWN: ("CONFIRM", "ACTION_DONE", "PIECE_REMOVED", "SCRAP"),
     PLC_UNREACHABLE: ("CONFIRM",),
+    BUFFER_PIECE_MISSING: ("CONFIRM", "PIECE_REMOVED", "SCRAP"),
+    BUFFER_PIECE_UNKNOWN: ("CONFIRM",),
+    DOCK_COUNT_MISMATCH: ("CONFIRM",),
 }
 
 
@@ -97,6 +110,15 @@ class TaskRow:
     equipment_id: str | None
 
 
+@dataclass(frozen=True)
+class DockRecord:
+    """The DB's count of pieces at the dock (None: never read from the PLC), and
+    how many refills had claimed a piece before that reading and not ended by
+    then: the reading may still count their pieces, which have left since."""
+    pieces: int | None
+    refills_across_reading: int = 0
+
+
 def find_inconsistencies(
     jobs: Iterable[JobRow],
     slots: Iterable[SlotRow],
@@ -104,14 +126,21 @@ def find_inconsistencies(
     plc_state: Mapping[str, Any] | None,
     buffer_slots: int,
     equipment_running: Iterable[str] | None = None,
+    buffer_busy: Iterable[int] = (),
+    dock: DockRecord | None = None,
 ) -> list[Inconsistency]:
     """Every check, in this order: the DB with itself (equipment slots, the
-    buffer, running tasks), then the DB against the PLC.
+    buffer, running tasks), then the DB against the PLC (machines, then, when
+    the picture has them, the buffer sensors and the dock's count).
 
     ``equipment_running``: the equipment the DB records RUNNING (a machine
     was started). When given, only those are expected to run on the PLC: a
     batch machine with pieces loaded but not started yet is not an
-    inconsistency. None checks every machine with a piece in process."""
+    inconsistency. None checks every machine with a piece in process.
+    ``buffer_busy``: buffer slots an open task or an uncleared failure is
+    about (a piece may be on its way there or away): their own question or
+    result settles them, so the sensors are not compared there.
+    ``dock``: the DB's record of the dock (None: not compared)."""
     started = None if equipment_running is None else set(equipment_running)
     jobs = [j for j in jobs if j.status in JOB_LIVE]
     slots = list(slots)
@@ -122,8 +151,24 @@ def find_inconsistencies(
         return found + pieces_in_process_unchecked(jobs)
     plc_machines = {m["id"]: m for m in plc_state.get("equipment", [])}
     processing = _processing_by_machine(jobs, slots)
-    return (found + machines_idle_but_db_running(processing, plc_machines, started)
-            + machines_running_but_db_idle(processing, plc_machines))
+    found += (machines_idle_but_db_running(processing, plc_machines, started)
+              + machines_running_but_db_idle(processing, plc_machines))
+    sensors = buffer_sensors(plc_state)
+    if sensors is not None:
+        busy = set(buffer_busy)
+        found += (buffer_pieces_missing(jobs, sensors, busy)
+                  + buffer_pieces_unknown(jobs, sensors, busy, buffer_slots))
+    plc_dock = plc_state.get("dock")
+    if dock is not None and plc_dock is not None:
+        found += dock_count_disagrees(dock, int(plc_dock["pieces"]))
+    return found
+
+
+def buffer_sensors(plc_state: Mapping[str, Any] | None) -> dict[int, bool] | None:
+    """Buffer slot → whether its sensor shows a piece; None when the picture has no buffer."""
+    if not plc_state or not plc_state.get("connected") or plc_state.get("buffer") is None:
+        return None
+    return {int(b["slotNo"]): bool(b["occupied"]) for b in plc_state["buffer"]}
 
 
 def jobs_not_in_their_slot(jobs: list[JobRow], slots: list[SlotRow]) -> list[Inconsistency]:
@@ -259,3 +304,57 @@ def machines_running_but_db_idle(processing: dict[str, list[int]],
         f"The PLC reports {eq_id} running, but no piece is being processed there in the database.",
         equipment_id=eq_id, facts={"equipment_id": eq_id},
     ) for eq_id, m in sorted(plc_machines.items()) if m.get("running") and eq_id not in processing]
+
+
+def buffer_pieces_missing(jobs: list[JobRow], sensors: Mapping[int, bool], busy: set[int]) -> list[Inconsistency]:
+    """A job the DB has on a buffer slot whose sensor shows no piece."""
+    return [Inconsistency(
+        BUFFER_PIECE_MISSING,
+        f"Job {j.id} is recorded on buffer slot {j.temp_slot_no}, but the PLC's sensor there shows no piece.",
+        job_ids=(j.id,), context={"tempSlotNo": j.temp_slot_no},
+        facts={"job_id": j.id, "buffer_slot": j.temp_slot_no},
+    ) for j in jobs if j.position_type == "ON_BUFFER" and j.temp_slot_no not in busy
+        and sensors.get(j.temp_slot_no) is False]
+
+
+def buffer_pieces_unknown(jobs: list[JobRow], sensors: Mapping[int, bool], busy: set[int],
+                          buffer_slots: int) -> list[Inconsistency]:
+    """A buffer sensor showing a piece on a slot no live job holds (``temp_slot_no``,
+    the buffer's only record): the DB does not know that piece."""
+    held = {j.temp_slot_no for j in jobs if j.temp_slot_no is not None}
+    return [Inconsistency(
+        BUFFER_PIECE_UNKNOWN,
+        f"The PLC's sensor shows a piece on buffer slot {n}, which no job holds in the database.",
+        context={"bufferSlot": n}, facts={"buffer_slot": n},
+    ) for n, occupied in sorted(sensors.items())
+        if occupied and 1 <= n <= buffer_slots and n not in held and n not in busy]
+
+
+def dock_count_disagrees(dock: DockRecord, plc_pieces: int) -> list[Inconsistency]:
+    """The PLC counts fewer pieces at the dock than the DB, more than the refills
+    under way at the DB's reading can have taken since: pieces left the dock that
+    no record accounts for (a restored database, pieces taken by hand). More
+    pieces than recorded is no question (a pallet came; the count follows the PLC)."""
+    if dock.pieces is None or plc_pieces >= dock.pieces - dock.refills_across_reading:
+        return []
+    missing = dock.pieces - dock.refills_across_reading - plc_pieces
+    return [Inconsistency(
+        DOCK_COUNT_MISMATCH,
+        f"The PLC counts {plc_pieces} piece(s) at the dock; the database expected at least "
+        f"{dock.pieces - dock.refills_across_reading}: {missing} piece(s) left the dock without a record.",
+        context={"dockPieces": dock.pieces, "plcPieces": plc_pieces},
+        facts={"plc_pieces": plc_pieces, "db_pieces": dock.pieces, "missing": missing},
+    )]
+
+
+def safe_to_repeat(task: TaskRow, job: JobRow | None, slot_no: int | None,
+                   sensors: Mapping[int, bool] | None) -> bool:
+    """Whether an action of unknown outcome is sent again rather than asked about:
+    a kind that is harmless to repeat (``SAFE_TO_REPEAT``), its piece where it was
+    when the action was sent (by the records: on the same buffer slot, still in
+    that step), and, where the PLC's buffer sensors were read, a piece there."""
+    if task.kind not in SAFE_TO_REPEAT or job is None or slot_no is None:
+        return False
+    in_place = (job.position_type == "ON_BUFFER" and job.temp_slot_no == slot_no
+                and job.status in ("PROCESSING", "SUSPENDED", "PAUSED"))
+    return in_place and (sensors is None or sensors.get(slot_no) is True)

@@ -20,10 +20,12 @@ from .job_transitions import JobTransitions
 from .loop_records import LoopRecords
 from .machine_tracking import MachineTracking
 from .reads import Reads
+from .recovery_reads import RecoveryReads
 from .tasks_and_alarms import TasksAndAlarms
 
 __all__ = ["KEEP", "ConditionFailed", "DBState", "Rejected"]
 
 
-class DBState(Reads, JobTransitions, CellTransitions, TasksAndAlarms, MachineTracking, LoopRecords):
+class DBState(Reads, RecoveryReads, JobTransitions, CellTransitions, TasksAndAlarms, MachineTracking,
+              LoopRecords):
     """One loop transaction's view of the production state; each part in its own module."""

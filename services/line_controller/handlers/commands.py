@@ -10,7 +10,7 @@ from .. import messages as m
 from ..consistency_checks import is_recovery
 from ..dbstate import Rejected
 from ..job_lifecycle import hold_job, take_out
-from .recovery import resolve_recovery
+from .recovery_answers import resolve_recovery
 
 AT_REST = ("PENDING", "QUEUED", "WAITING_UNLOAD")
 

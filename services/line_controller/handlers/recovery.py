@@ -1,35 +1,36 @@
-"""Restart recovery (seed 004, 恢复策略): the start-up check and what an
-operator's answer to a recovery action does.
+"""Restart recovery (seed 004, 恢复策略): the start-up check, and an action whose
+outcome a restart made unknown. What an answer does: ``recovery_answers``.
 
 A task the hardware service still holds or has answered (``knownActions`` in
 the start-up PLC reading) is no question: it stays RUNNING and its result,
 which comes or is already queued, concludes it as usual. Only tasks the
-hardware does not know (it restarted too, or was unreachable) are asked about.
+hardware does not know (it restarted too, or was unreachable) are in question.
+Of those, an action that is harmless to repeat with its piece still in place
+(``consistency_checks.SAFE_TO_REPEAT``: a SCAN) is sent again, with no question.
 
 ``RecoveryCheck`` is the loop's first message after a start. It compares the
-DB with itself and with the PLC (``consistency_checks.find_inconsistencies``) and turns
-every disagreement into held jobs (SUSPENDED, ``held_status`` kept), an alarm
-and a manual action whose choices are ``consistency_checks.CHOICES[kind]``. A RUNNING
-task is closed (FAILED, ``RECOVERY_OUTCOME_UNKNOWN``): no result will be
-accepted for it any more, so the robot is free, and the operator says what
-happened. A job leaves SUSPENDED when the last open recovery action naming it
-is resolved. Nothing is guessed and nothing is replayed from logs.
+DB with itself and with the PLC (``consistency_checks.find_inconsistencies``:
+machines, buffer sensors, the dock's count) and turns every disagreement into
+held jobs (SUSPENDED, ``held_status`` kept), an alarm and a manual action whose
+choices are ``consistency_checks.CHOICES[kind]``. A RUNNING task in question is
+closed (FAILED, ``RECOVERY_OUTCOME_UNKNOWN``): no result will be accepted for
+it any more, so the robot is free, and the operator says what happened.
+Nothing is guessed and nothing is replayed from logs.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from shared import events as ev
 from shared.db.models import JOB_HELD, JOB_TERMINAL
 
 from .. import consistency_checks as r
 from .. import messages as m
-from ..dbstate import Rejected
-from ..job_lifecycle import mark_slot_done, scrap_job, take_out_again
-from ..task_outcomes import apply_task_success
+from ..job_lifecycle import restore_job
 
 OUTCOME_UNKNOWN = "RECOVERY_OUTCOME_UNKNOWN"
+# A closed task whose action is sent again (safe to repeat): its failure code.
+REPEATED = "OUTCOME_UNKNOWN_REPEATED"
 
 # What each answer does, appended to the action's text so the page can show it.
 CHOICE_HELP = {
@@ -48,6 +49,13 @@ CHOICE_HELP = {
                             "ACTION_DONE: it finished; PIECE_REMOVED / SCRAP: the piece is out of "
                             "the cell and counts as scrap.",
     r.PLC_UNREACHABLE: "CONFIRM once the machines have been checked by hand.",
+    r.BUFFER_PIECE_MISSING: "CONFIRM: the piece is on the slot after all (the job goes on); "
+                            "PIECE_REMOVED / SCRAP: the piece is out of the cell and counts as scrap.",
+    r.BUFFER_PIECE_UNKNOWN: "CONFIRM once the piece has been taken off the slot by hand; nothing "
+                            "is put on that slot before.",
+    r.DOCK_COUNT_MISMATCH: "The line follows the PLC's count. CONFIRM once the cell has been "
+                           "checked for pieces the line does not know (on the buffer, a machine, "
+                           "the robot).",
 }
 
 
@@ -90,7 +98,15 @@ def _find(evt: m.RecoveryCheck, ctx, open_tasks: dict) -> list[r.Inconsistency]:
                                       ctx.layout.buffer_slots, equipment_running=[])
     jobs, slots, running = _db_rows(db)
     return r.find_inconsistencies(jobs, slots, _task_rows(open_tasks), evt.plc_state,
-                                  ctx.layout.buffer_slots, equipment_running=running)
+                                  ctx.layout.buffer_slots, equipment_running=running,
+                                  **_cell_records(db))
+
+
+def _cell_records(db) -> dict:
+    """What the buffer and dock checks compare with the PLC beside the job rows."""
+    dock = db.dock_record()
+    return {"buffer_busy": db.buffer_slots_unsettled(),
+            "dock": None if dock is None else r.DockRecord(dock.pieces, dock.refills_across)}
 
 
 def _ask(db, inc: r.Inconsistency, key: str, open_tasks: dict) -> int:
@@ -158,12 +174,13 @@ def check_against_plc(db, layout, plc_state: dict) -> dict:
     reconnect's picture is whole."""
     jobs, slots, running = _db_rows(db)
     found = r.find_inconsistencies(jobs, slots, [], plc_state, layout.buffer_slots,
-                                   equipment_running=running)
+                                   equipment_running=running, **_cell_records(db))
     observed = _observed_at(plc_state)
     if observed is not None:
-        moved_on = db.places_sent_work_since(observed)
+        moved_on = db.places_sent_work_since(observed)  # None: the robot's (buffer, dock)
         found = [inc for inc in found if inc.equipment_id not in moved_on]
     created = _ask_what_is_new(db, found, {})
+    _follow_dock(db, plc_state)
     db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
                                 "plcConnected": True, "trigger": "PlcConnection"})
     return {"inconsistencies": len(found), "manualActionIds": created}
@@ -183,15 +200,55 @@ def recovery_check(evt: m.RecoveryCheck, ctx):
     db = ctx.db
     ctx.target = ("recovery", None)
     open_tasks = _tasks_in_question(evt, db)
+    sensors = None if evt.hardware_started_at else r.buffer_sensors(evt.plc_state)
+    for task_id in [i for i, t in open_tasks.items() if _repeat_if_safe(db, t, sensors)]:
+        del open_tasks[task_id]
     found = _find(evt, ctx, open_tasks)
     created = _ask_what_is_new(db, found, open_tasks)
-    dock = (evt.plc_state or {}).get("dock")
-    if dock is not None and not evt.hardware_started_at and evt.plc_state.get("connected"):
-        # The PLC's count is the truth now that no refill runs any more.
-        db.observe_dock(dock["pieces"], evt.plc_state.get("observedAt"))
+    if not evt.hardware_started_at:
+        _follow_dock(db, evt.plc_state)
     db.emit("RecoveryChecked", {"inconsistencies": len(found), "manualActionIds": created,
                                 "plcConnected": bool((evt.plc_state or {}).get("connected"))})
     return {"inconsistencies": len(found), "manualActionIds": created}
+
+
+def _follow_dock(db, plc_state) -> None:
+    """The dock's count follows the PLC's reading (after it was compared with the record)."""
+    dock = (plc_state or {}).get("dock")
+    if dock is not None and plc_state.get("connected"):
+        db.observe_dock(dock["pieces"], plc_state.get("observedAt"))
+
+
+def _repeat_if_safe(db, task, sensors) -> bool:
+    """Close a task whose outcome is unknown and put its job back, so the scheduler
+    sends the action again, when that is harmless (``consistency_checks.safe_to_repeat``:
+    ``sensors``, the PLC's buffer sensors where read); False (nothing done) otherwise."""
+    params = task.params or {}
+    job_ids = params.get("jobIds") or []
+    job = db.job(job_ids[0]) if len(job_ids) == 1 else None
+    before = (params.get("before") or {}).get(str(job.id)) if job is not None else None
+    row = None if job is None else r.JobRow(job.id, job.status, job.position_type, job.position_ref_id,
+                                            job.temp_slot_no)
+    task_row = r.TaskRow(task.id, task.kind, task.status, task.job_id, task.equipment_id)
+    if before is None or not r.safe_to_repeat(task_row, row, before.get("tempSlotNo"), sensors):
+        return False
+    db.abandon_task(task.id, REPEATED, "its outcome is unknown after a restart; it is harmless to "
+                    "repeat and its piece is in place, so it is sent again")
+    if job.status in JOB_HELD:  # held meanwhile: back to its earlier status when released
+        restore_job(db, job.id, before, status=job.status, held_status=before["status"])
+    else:
+        restore_job(db, job.id, before, status=before["status"], held_status=None)
+    db.emit("ActionRepeated", {"taskId": task.id, "kind": task.kind, "jobIds": job_ids})
+    return True
+
+
+def outcome_unknown(db, task, finding: r.Inconsistency) -> int | None:
+    """An action the PLC acknowledged whose end nobody saw (it restarted): sent again
+    if harmless (by the records; the PLC refuses a SCAN of an empty slot, and that
+    failure is asked about), else asked about at once; the action's id, or None."""
+    if _repeat_if_safe(db, task, None):
+        return None
+    return ask(db, finding, {task.id: task})
 
 
 def _hold(db, job_id):
@@ -199,154 +256,6 @@ def _hold(db, job_id):
     if job is None or job.status in JOB_TERMINAL or job.status in JOB_HELD:
         return
     db.set_job_status(job.id, (job.status,), "SUSPENDED", held_status=job.status)
-
-
-def _still_held(db, job_id, resolving_id) -> bool:
-    return any(job_id in (a.context or {}).get("jobIds", []) for a in db.open_manual_actions()
-               if r.is_recovery(a.kind) and a.id != resolving_id)
-
-
-def _release(db, action, job_id, *, status=None, place: dict | None = None):
-    """Back to work (``status``, default the held one; ``place``: where the piece
-    is), unless another open recovery action still holds the job."""
-    job = db.job(job_id)
-    if job is None or job.status in JOB_TERMINAL:
-        return None
-    target = status or job.held_status or "QUEUED"
-    held = job.status in JOB_HELD
-    if _still_held(db, job_id, action.id) or job.status == "PAUSED":
-        # Stay held; return to ``target`` when released.
-        if place is not None:
-            return db.place_job(job.id, (job.status,), job.status, place["positionType"],
-                                place["positionRefId"], place["tempSlotNo"], held_status=target)
-        return db.set_job_status(job.id, (job.status,), job.status, held_status=target) if held else job
-    if place is not None:
-        return db.place_job(job.id, (job.status,), target, place["positionType"],
-                            place["positionRefId"], place["tempSlotNo"], held_status=None)
-    if not held:
-        return job
-    return db.set_job_status(job.id, (job.status,), target, held_status=None)
-
-
-def resolve_recovery(db, action, resolution: str) -> list:
-    """Apply an operator's answer (``CONFIRM`` = accept the recorded state) to a
-    RECOVERY_* action that has just been marked resolved; the hardware requests
-    that follow from it (to send after the commit)."""
-    context = action.context or {}
-    job_ids = list(context.get("jobIds") or ([action.job_id] if action.job_id else []))
-    if resolution in ("PIECE_REMOVED", "SCRAP"):
-        for job_id in job_ids:
-            _scrap(db, job_id, action, resolution)
-        if action.kind == r.SLOT_MISMATCH and "slotNo" in context:
-            _empty_slot(db, action.equipment_id, context["slotNo"])
-        if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
-            _equipment_idle(db, action.equipment_id)
-        return []
-    if action.kind == r.TASK_OUTCOME_UNKNOWN:
-        return _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
-    if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
-        for job_id in job_ids:
-            # CONFIRM: the cycle did not finish; loaded, not started (QUEUED on the
-            # slot), the piece's cycle is started again. CYCLE_DONE: done, below.
-            _release(db, action, job_id, status="QUEUED" if resolution == "CONFIRM" else None)
-        if resolution == "CYCLE_DONE":
-            for slot in db.slots(action.equipment_id):
-                if slot.status == "OCCUPIED" and slot.current_job_id in job_ids:
-                    mark_slot_done(db, slot)
-        _equipment_idle(db, action.equipment_id)
-    elif action.kind == r.MACHINE_RUNNING_BUT_DB_IDLE:
-        equipment = db.equipment(action.equipment_id)
-        if equipment is not None and equipment.status == "FAULT":
-            db.set_equipment_status(equipment.id, "IDLE")
-    elif action.kind == r.SLOT_MISMATCH:
-        _resolve_slot(db, action, job_ids, resolution)
-    else:
-        for job_id in job_ids:
-            _release(db, action, job_id)
-    return []
-
-
-def _resolve_task(db, action, task, job_ids, resolution):
-    params = task.params or {}
-    if task.kind == ev.BUFFER_TO_DOCK:
-        # A finished piece on its way out (its job is terminal already): if it did
-        # not leave, it is taken out again; nothing else depends on it.
-        job = db.job(task.job_id)
-        if resolution == "CONFIRM" and job is not None:
-            return take_out_again(db, job, params.get("bufferSlot"))
-        return []
-    if resolution == "ACTION_DONE":
-        for job_id in job_ids:
-            _release(db, action, job_id)
-        if any(db.job(j).status in JOB_HELD for j in params.get("jobIds", [])):
-            raise Rejected("INVALID_TRANSITION", "another recovery action still holds this task's "
-                           "jobs: resolve it first")
-        return list(apply_task_success(db, task, {}) or [])
-    before = params.get("before") or {}
-    for job_id in job_ids:
-        was = before.get(str(job_id))
-        if was is None:  # a machine start: its pieces stay where they are
-            _release(db, action, job_id)
-        else:
-            _release(db, action, job_id, status=was["status"], place=was)
-    return []
-
-
-def _resolve_slot(db, action, job_ids, resolution):
-    context = action.context or {}
-    if "positionRefId" in context:  # a job recorded on a slot that disagrees
-        equipment_id, _, n = context["positionRefId"].partition(":")
-        slot = db.slot(equipment_id, int(n)) if n.isdigit() else None
-        if slot is None:
-            raise Rejected("INVALID_TRANSITION", f"slot {context['positionRefId']} does not exist: "
-                           "PIECE_REMOVED or SCRAP")
-        holder = db.job(slot.current_job_id) if slot.current_job_id else None
-        if holder is not None and holder.id not in job_ids and holder.status not in JOB_TERMINAL \
-                and holder.position_ref_id == context["positionRefId"]:
-            raise Rejected("INVALID_TRANSITION", f"slot {context['positionRefId']} holds job {holder.id}")
-        if slot.current_job_id != job_ids[0]:
-            db.set_equipment_slot(equipment_id, slot.slot_no, ("EMPTY", "OCCUPIED", "DONE"), "OCCUPIED",
-                                  job_ids[0])
-        for job_id in job_ids:
-            _release(db, action, job_id)
-        return
-    # A slot holding a job recorded elsewhere.
-    slot_no = context["slotNo"]
-    if resolution == "PIECE_ON_MACHINE" and job_ids:
-        job = db.job(job_ids[0])
-        _release(db, action, job.id, status="PROCESSING", place={
-            "positionType": "ON_EQUIPMENT", "positionRefId": f"{action.equipment_id}:{slot_no}",
-            "tempSlotNo": job.temp_slot_no})
-        slot = db.slot(action.equipment_id, slot_no)
-        if slot.status == "DONE":
-            db.set_equipment_slot(action.equipment_id, slot_no, ("DONE",), "OCCUPIED", job.id)
-        return
-    _empty_slot(db, action.equipment_id, slot_no)
-    for job_id in job_ids:
-        _release(db, action, job_id)
-
-
-def _scrap(db, job_id, action, resolution):
-    job = db.job(job_id)
-    if job is None or job.status in JOB_TERMINAL:
-        return
-    db.patch_job_context(job.id, {"disposition": "SCRAP", "recovery": {
-        "manualActionId": action.id, "kind": action.kind, "resolution": resolution}})
-    scrap_job(db, db.job(job.id))
-
-
-def _empty_slot(db, equipment_id, slot_no):
-    slot = db.slot(equipment_id, slot_no)
-    if slot is not None and slot.status != "EMPTY":
-        db.set_equipment_slot(equipment_id, slot_no, ("OCCUPIED", "DONE"), "EMPTY", None)
-
-
-def _equipment_idle(db, equipment_id):
-    """The machine is not running whatever the DB said: IDLE, so a cycle with pieces
-    still to process is started again."""
-    equipment = db.equipment(equipment_id) if equipment_id else None
-    if equipment is not None and equipment.status == "RUNNING":
-        db.set_equipment_status(equipment_id, "IDLE")
 
 
 HANDLERS = {m.RecoveryCheck: recovery_check}

@@ -46,9 +46,10 @@ def failed(result: m.ActionFailed, ctx):
 
 
 def _outcome_unknown(result: m.ActionFailed, ctx):
-    """The PLC took the action, then came back without it (it restarted): where the
-    pieces are is for the operator to say, with the same question as after a
-    restart of ours (CONFIRM: it did not happen; ACTION_DONE: it did; ...)."""
+    """The PLC took the action, then came back without it (it restarted): sent again
+    if that is harmless (a SCAN with its piece in place), else where the pieces are
+    is for the operator to say, with the same question as after a restart of ours
+    (CONFIRM: it did not happen; ACTION_DONE: it did; ...)."""
     ctx.target = ("task", result.correlation_id)
     cid = result.correlation_id
     task = ctx.db.task(int(cid)) if cid.isdigit() else None
@@ -60,7 +61,7 @@ def _outcome_unknown(result: m.ActionFailed, ctx):
     finding = dataclasses.replace(finding, text=(
         f"Task {task.id} ({task.kind}) was acknowledged by the PLC, then the PLC came back without it "
         "(it restarted, or the link stayed down past the action's deadline); whether it finished is unknown."))
-    recovery.ask(ctx.db, finding, {task.id: task})
+    recovery.outcome_unknown(ctx.db, task, finding)
     return None
 
 

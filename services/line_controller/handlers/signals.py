@@ -193,9 +193,7 @@ def plc_connection(evt: m.PlcConnection, ctx):
         db.resolve_alarm(alarm.id, "plc")
     if evt.plc_state is None:
         return None
-    dock = evt.plc_state.get("dock")
-    if dock is not None:  # the dock's count follows each reading of the PLC's (pieces moved meanwhile)
-        db.observe_dock(dock["pieces"], evt.plc_state.get("observedAt"))
+    # The checks compare the dock's record with the reading first, then the count follows it.
     return check_against_plc(db, ctx.layout, evt.plc_state)
 
 
