@@ -71,13 +71,15 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
     claimers take different rows) and leased in the same statement. With
     ``serves`` only jobs whose (modelProvider, apiKeyMode) the runtime
     declared it can serve are seen."""
-    lock_clause = "FOR UPDATE SKIP LOCKED" if claim else ""
     serves_clause = _SERVES if serves else ""
+    return _claim_sql(serves_clause) if claim else _offer_sql(serves_clause)
 
-    def pick(limit: str, lock: str, after: str = "", columns: str = "id, priority, created_at") -> str:
-        # Per capability, the first ``limit`` jobs in the seed's order (from
-        # ``after`` on), merged in that order.
-        return f"""
+
+def _pick(serves_clause: str, limit: str, lock: str, after: str = "",
+          columns: str = "id, priority, created_at") -> str:
+    """Per capability, the first ``limit`` jobs in the seed's order (from
+    ``after`` on), merged in that order."""
+    return f"""
         SELECT c.* FROM unnest(CAST(:caps AS text[])) AS cap(job_type)
         CROSS JOIN LATERAL (
             SELECT {columns} FROM ai_runtime_job j
@@ -90,32 +92,39 @@ def poll_sql(claim: bool, serves: bool = False) -> str:
         ORDER BY c.priority, c.created_at
         LIMIT {limit}"""
 
-    if not claim:
-        # The offer walks the queue from its front to the first job no
-        # concurrent poll is offering (SKIP LOCKED), however many polls run at
-        # once; the page is read from that job on, an index range scan that
-        # starts there rather than at the front.
-        return f"""
-        WITH offer AS ({pick(str(OFFERED_PER_POLL), "FOR UPDATE OF j SKIP LOCKED")}
+
+def _offer_sql(serves_clause: str) -> str:
+    # The offer walks the queue from its front to the first job no concurrent
+    # poll is offering (SKIP LOCKED), however many polls run at once; the page
+    # is read from that job on, an index range scan that starts there rather
+    # than at the front.
+    offer = _pick(serves_clause, str(OFFERED_PER_POLL), "FOR UPDATE OF j SKIP LOCKED")
+    from_offer = _pick(serves_clause, ":limit", "",
+                       "AND (j.priority, j.created_at) >= (o.priority, o.created_at)", POLL_COLUMNS)
+    front = _pick(serves_clause, ":limit", "", columns=POLL_COLUMNS)
+    return f"""
+        WITH offer AS ({offer}
         ), offered AS (
             UPDATE ai_runtime_job j SET offered_to = :rid,
                    offered_until = now() + make_interval(secs => :offer_seconds)
             FROM offer WHERE j.id = offer.id
             RETURNING j.id
         ), page AS (
-            SELECT p.* FROM offer o CROSS JOIN LATERAL ({pick(":limit", "",
-                "AND (j.priority, j.created_at) >= (o.priority, o.created_at)", POLL_COLUMNS)}) AS p
+            SELECT p.* FROM offer o CROSS JOIN LATERAL ({from_offer}) AS p
             UNION ALL
             -- no offer (every pending job is being offered by a concurrent
             -- poll right now): the page from the front
-            SELECT f.* FROM ({pick(":limit", "", columns=POLL_COLUMNS)}) AS f
+            SELECT f.* FROM ({front}) AS f
             WHERE NOT EXISTS (SELECT 1 FROM offer)
         )
         -- the page's rows as the index scans read them: no join back to the
         -- table, whose plan would depend on the table's size when planned
         SELECT {POLL_COLUMNS} FROM page ORDER BY priority, created_at"""
+
+
+def _claim_sql(serves_clause: str) -> str:
     return f"""
-        WITH picked AS ({pick(":limit", lock_clause)}), upd AS (
+        WITH picked AS ({_pick(serves_clause, ":limit", "FOR UPDATE SKIP LOCKED")}), upd AS (
             UPDATE ai_runtime_job j SET status = 'locked', locked_by = :rid, locked_at = now(),
                    lock_until = now() + make_interval(secs => :lease), attempt_no = j.attempt_no + 1,
                    offered_until = NULL, updated_at = now()
