@@ -93,6 +93,12 @@ def line_snapshot() -> LineSnapshot:
                         ai_jobs=ai["byStatus"] if ai else None, ai_queue=ai, database=line_figures())
 
 
+def plc_down(hardware_status: dict) -> str:
+    """The PLC link in a 503: where, and why the hardware service does not reach it."""
+    where = f"plc at {hardware_status['plcAddress']}" if hardware_status.get("plcAddress") else "plc"
+    return f"{where} ({hardware_status.get('plcError') or 'the hardware service does not reach it'})"
+
+
 @blp.route("/readyz")
 @blp.response(200)
 def readyz():
@@ -102,7 +108,7 @@ def readyz():
         if why:
             down.append(why)
         elif service == HARDWARE and not status.get("plcConnected"):
-            down.append("plc (the hardware service does not reach it)")
+            down.append(plc_down(status))
     if down:
         raise ApiError(503, "UNAVAILABLE", "not ready: " + "; ".join(down) + " down")
     return {"status": "ready"}

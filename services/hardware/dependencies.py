@@ -214,9 +214,11 @@ class LineHardware:
             log.exception("could not announce the hardware service's start")
 
     def status(self) -> dict[str, Any]:
-        """Cheap (no PLC request): the watcher's last view of the PLC link and
-        the action histograms."""
-        return {"plcConnected": bool(self.watcher.connected), "actions": self.durations.snapshot()}
+        """Cheap (no PLC request): the watcher's last view of the PLC link (where,
+        and why it is not reached) and the action histograms."""
+        connected = bool(self.watcher.connected)
+        return {"plcConnected": connected, "plcAddress": self.port.address,
+                "plcError": None if connected else self.watcher.error, "actions": self.durations.snapshot()}
 
     def close(self) -> None:
         self.port.close()

@@ -36,6 +36,7 @@ class SignalWatcher:
         self.port = port
         self.layout = layout
         self.connected: bool | None = None  # unknown until the first poll
+        self.error: str | None = None  # why the PLC is not reached, as last told
         # (done, jobId) per slot as last seen: a new piece done on the same slot is an
         # edge even when unload, load and its whole cycle fell between two polls.
         self._done: dict[tuple[str, int], tuple[bool, int | None]] = {}
@@ -61,6 +62,7 @@ class SignalWatcher:
         return signals
 
     def _lost(self, exc: PlcUnavailable) -> list[Signal]:
+        self.error = exc.message
         if self.connected is False:
             return []
         self.connected = False
@@ -70,7 +72,7 @@ class SignalWatcher:
     def _edges(self, state: dict[str, Any]) -> list[Signal]:
         signals: list[Signal] = []
         if self.connected is not True:
-            self.connected = True
+            self.connected, self.error = True, None
             log.info("PLC connected at %s", self.port.address)
             # with what the PLC holds now: the line_controller checks it against its
             # records (a PLC that restarted forgot its cycles)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +34,7 @@ import eventlet.event
 
 from services.hardware import opcua_map as M
 from services.hardware.device.asyncio_bridge import CallFailed, LoopClosed, LoopThread, NoAnswer
+from services.hardware.device.opcua_errors import ProblemLog, quiet_asyncua_echoes, why_no_session
 from services.hardware.device.opcua_session import (
     CONNECT_TIMEOUTS,
     connect,
@@ -67,7 +70,8 @@ def parse_url(url: str) -> str:
 class OpcUaPort(DevicePort):
     protocol = "opcua"
 
-    def __init__(self, url: str, layout: Layout, timeout: float = 2.0, options: dict | None = None):
+    def __init__(self, url: str, layout: Layout, timeout: float = 2.0, options: dict | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if layout.plc is None:
             raise ValueError("the line layout has no plc: map (stations and devices, see deploy/OPCUA_MAP.md)")
         self.url = parse_url(url)
@@ -96,6 +100,8 @@ class OpcUaPort(DevicePort):
         self._credentials = load_credentials(self.options) if security != "none" else None
         self._bridge = LoopThread("opcua-driver")
         _quiet_asyncua()
+        quiet_asyncua_echoes()
+        self.problems = ProblemLog(self._say, clock)  # why no session opens, once a minute at most
         # Set on the driver's loop only (bound to it at their first wait there).
         self._stop = asyncio.Event()
         self._retry_now = asyncio.Event()  # set: reconnect now, not after the back-off
@@ -130,16 +136,18 @@ class OpcUaPort(DevicePort):
             client = None
             try:
                 client, lost = await self._open_session()
+                self.problems.opened()
                 delay = BACKOFF_FIRST
                 stop = asyncio.ensure_future(self._stop.wait())
                 gone = asyncio.ensure_future(lost.wait())
                 await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
                 stop.cancel()
                 gone.cancel()
-                reason = lost.reason if lost.is_set() else "closed"
+                message = f"OPC UA session with {self.url} lost: {lost.reason if lost.is_set() else 'closed'}"
             except Exception as exc:  # refused, timed out, rejected credentials, …
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            self._mark_lost(f"OPC UA session with {self.url} lost: {reason}"[:300])
+                level, message = await why_no_session(exc, self.url, self.timeout, self._credentials, self.options)
+                self.problems.failed(level, message)
+            self._mark_lost(message[:300])
             if client is not None:
                 await disconnect(client)
             if self._stop.is_set():
@@ -317,9 +325,9 @@ class OpcUaPort(DevicePort):
                 pass
         self._changed = eventlet.event.Event()  # before draining: a later change wakes the next wait
         changes, connected, error = self._copy.drain()
+        if not changes and not connected:  # still away: why, now (the watcher and /readyz say it)
+            raise PlcUnavailable("CONNECTION_REFUSED", error)
         if not changes and not self._delivered_any:
-            if not connected:
-                raise PlcUnavailable("CONNECTION_REFUSED", error)
             changes = [self.read_state()]
         self._delivered_any = self._delivered_any or any(isinstance(c, dict) for c in changes)
         return changes

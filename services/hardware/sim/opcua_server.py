@@ -25,8 +25,11 @@ from pathlib import Path
 
 from asyncua import Server, ua
 from asyncua.common.callback import CallbackType
+from asyncua.common.utils import ServiceError
 from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.binary_server_asyncio import BinaryServer
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from services.hardware import opcua_map as M
 from services.hardware import plc as P
@@ -58,6 +61,9 @@ class OpcUaLineSimulator(SimulatorCore):
     (Basic256Sha256 only, user name + password required; the server
     certificate is generated once into ``cert_dir``).
 
+    ``trusted_clients``: the client certificates (DER) a secured server trusts, as
+    a PLC's trust list; None trusts any (the simulator's default).
+
     ``publishing_interval`` (ms): the fastest publishing interval a subscription
     is granted, as a PLC whose server publishes slowly (node-opcua raises a 10 ms
     request to 50 ms); None grants what the client asks."""
@@ -68,7 +74,7 @@ class OpcUaLineSimulator(SimulatorCore):
     def __init__(self, layout: Layout, options: SimOptions, host: str = "127.0.0.1", port: int = 4840,
                  clock: Callable[[], float] = time.monotonic, security: str = "none",
                  user: str | None = None, password: str | None = None, cert_dir: Path | None = None,
-                 publishing_interval: float | None = None):
+                 publishing_interval: float | None = None, trusted_clients: list[bytes] | None = None):
         if publishing_interval is not None and not publishing_interval > 0:
             raise ValueError(f"publishing_interval: expected milliseconds > 0, got {publishing_interval!r}")
         if security not in ("none", "sign-and-encrypt"):
@@ -78,6 +84,7 @@ class OpcUaLineSimulator(SimulatorCore):
         super().__init__(layout, options, host, port, clock)
         self.security, self.user, self.password, self.cert_dir = security, user, password, cert_dir
         self.publishing_interval = publishing_interval
+        self.trusted_clients = None if trusted_clients is None else set(trusted_clients)
         self._server: Server | None = None
         self._idx = 0
         self._published: dict[str, object] = {}
@@ -213,14 +220,19 @@ class OpcUaLineSimulator(SimulatorCore):
 
     def _execute(self, _device, action_id, command, src_station, src_slot, dst_station, dst_slot, aux_slot,
                  job_id, job2_id, text):
+        _new_id(action_id)
+        text = text or ""
+        if len(text) > P.TEXT_MAX or not text.isascii():  # a bad call, never cut short (OPCUA_MAP.md)
+            raise ValueError(f"Text: at most {P.TEXT_MAX} ASCII characters")
         r = self.model.map.robot_base
         self._write(r + P.R_CMD_CODE, [command, src_station, src_slot, dst_station, dst_slot, aux_slot,
                                        *P.split_u32(job_id), *P.split_u32(job2_id)])
-        self._write(r + P.R_TEXT_IN, P.encode_text(text or ""))
+        self._write(r + P.R_TEXT_IN, P.encode_text(text))
         self._write(r + P.R_CMD_ID, [action_id])
         return [ua.Variant(self.model.mem[r + P.R_ACK_ID] == action_id, ua.VariantType.Boolean)]
 
     def _start(self, device, action_id, slots, job_ids):
+        _new_id(action_id)
         e = self.model.map.for_equipment(device)
         slots, job_ids = list(slots or []), list(job_ids or [])
         if len(slots) != len(job_ids) or any(not 1 <= s <= e.slots for s in slots):
@@ -233,6 +245,7 @@ class OpcUaLineSimulator(SimulatorCore):
         return [ua.Variant(self.model.mem[e.base + P.M_ACK_ID] == action_id, ua.VariantType.Boolean)]
 
     def _abort(self, device, action_id):
+        _new_id(action_id)
         e = self.model.map.for_equipment(device)
         self._write(e.base + P.M_ABORT_ID, [action_id])
         return [ua.Variant(self.model.mem[e.base + P.M_ABORT_ACK_ID] == action_id, ua.VariantType.Boolean)]
@@ -313,6 +326,12 @@ class OpcUaLineSimulator(SimulatorCore):
         server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
         server.set_identity_tokens([ua.UserNameIdentityToken])
         server.iserver.set_user_manager(_PasswordUsers(self.user, self.password))
+        if self.trusted_clients is not None:
+            server.set_certificate_validator(self._trust_list)
+
+    async def _trust_list(self, certificate: x509.Certificate, _description) -> None:
+        if certificate.public_bytes(Encoding.DER) not in self.trusted_clients:
+            raise ServiceError(ua.StatusCodes.BadCertificateUntrusted)
 
     async def _serve(self) -> None:
         server = self._server = Server()
@@ -340,6 +359,12 @@ class OpcUaLineSimulator(SimulatorCore):
                 await self._pause(TICK)
         finally:
             await server.stop()
+
+
+def _new_id(action_id: int) -> None:
+    """ActionId 0 is a bad call (deploy/OPCUA_MAP.md, "Commands: the rules")."""
+    if not action_id:
+        raise ValueError("ActionId: 1..65535")
 
 
 def _publish_no_faster(server: Server, interval_ms: float) -> None:
