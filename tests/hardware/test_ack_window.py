@@ -10,7 +10,6 @@ protocol closes the acknowledgement window"."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -22,6 +21,7 @@ from services.hardware.robot import ActionRunner
 from services.hardware.sim.model import SimOptions
 from shared import events as ev
 from tests.hardware.conftest import PROTOCOLS, plc_address, start_simulator
+from tests.support.plc_restarts import after_machine_start, after_robot_command
 from tests.support.waiting import wait_for
 
 SLOW_PUBLISHING_MS = 60
@@ -49,26 +49,6 @@ def runner(layout, sim, sim_port, protocol):
     port.close()
 
 
-def restart_once_accepted(sim, model_method: str, ack_address, delay: float) -> list:
-    """The simulated PLC restarts ``delay`` seconds after the next command its
-    ``model_method`` acknowledges (on the server's loop, as the command is taken).
-    Returns the list the acknowledged id is put in."""
-    model = sim.model
-    original = getattr(model, model_method)
-    accepted: list[int] = []
-
-    def take(*args):
-        before = model.mem[ack_address(*args)]
-        original(*args)
-        after = model.mem[ack_address(*args)]
-        if after != before and not accepted:
-            accepted.append(after)
-            asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(sim._restart(DOWN)))
-
-    setattr(model, model_method, take)
-    return accepted
-
-
 def load_mc1(runner, build) -> None:
     assert runner.run(ActionRequest("d", 1, build.dock_to_buffer(1, 51))).ok
     assert runner.run(ActionRequest("l", 2, build.buffer_to_equipment(1, "MC1", 1, 51))).ok
@@ -79,7 +59,7 @@ def load_mc1(runner, build) -> None:
 def test_a_restart_right_after_an_accepted_robot_move_is_an_unknown_outcome(layout, sim, runner, delay):
     build = CommandBuilder(layout)
     assert runner.run(ActionRequest("d", 1, build.dock_to_buffer(1, 51))).ok
-    accepted = restart_once_accepted(sim, "_robot_command", lambda: layout.plc.robot_base + P.R_ACK_ID, delay)
+    accepted = after_robot_command(sim, delay, DOWN)
     result = runner.run(ActionRequest("l", 2, build.buffer_to_equipment(1, "MC1", 1, 51)))
     assert accepted == [2]
     # the move was in flight (0.4 s here): forgotten by the restart, it never reports
@@ -92,7 +72,7 @@ def test_a_restart_right_after_an_accepted_machine_start_is_never_not_sent(layou
     build = CommandBuilder(layout)
     load_mc1(runner, build)
     mc1 = layout.plc.for_equipment("MC1")
-    accepted = restart_once_accepted(sim, "_machine_start", lambda e: e.base + P.M_ACK_ID, delay)
+    accepted = after_machine_start(sim, delay, DOWN)
     result = runner.run(ActionRequest("s", 3, build.start_machine("MC1", {"1": 51})))
     assert accepted == [3]
     # Started (its AckId seen before the restart), or unknown: the restart stopped the
