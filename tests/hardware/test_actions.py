@@ -7,7 +7,9 @@ from nameko.standalone.rpc import ServiceRpcProxy
 from shared import events as ev
 from tests.hardware.conftest import PROTOCOLS, call, line_of, outcome
 
-pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
+# What crosses the PLC runs on both protocols; what the service decides by itself
+# (refusals, its status, its books, the fence) once, on Modbus (the fixture's default).
+BOTH = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 def run_ok(container, received, method, *args, **kwargs):
@@ -17,6 +19,7 @@ def run_ok(container, received, method, *args, **kwargs):
     return event_type, payload
 
 
+@BOTH
 def test_every_action_kind_produces_its_success_event(hardware, received, sim):
     t, p = run_ok(hardware, received, "dock_to_buffer", "t1", 1, job_id=41)
     assert (t, p["action"]) == (ev.ROBOT_ACTION_SUCCEEDED, ev.DOCK_TO_BUFFER)
@@ -52,6 +55,7 @@ def test_every_action_kind_produces_its_success_event(hardware, received, sim):
     assert len(results) == len(set(results)) == 11
 
 
+@BOTH
 def test_batch_machine_finishes_all_slots_at_once_and_inspection_reports(hardware, received, sim):
     for n in (1, 2, 3):
         run_ok(hardware, received, "dock_to_buffer", f"d{n}", n, job_id=100 + n)
@@ -70,6 +74,7 @@ def test_batch_machine_finishes_all_slots_at_once_and_inspection_reports(hardwar
     assert received.of(ev.MACHINE_DONE, machineId="INSP1", jobId=101)[0]["pass"] is True
 
 
+@BOTH
 def test_scrap_rate_fails_inspection(hardware, received, control):
     control.scrap_rate(1.0)
     run_ok(hardware, received, "dock_to_buffer", "d", 1, job_id=7)
@@ -78,6 +83,7 @@ def test_scrap_rate_fails_inspection(hardware, received, control):
     assert received.wait(ev.INSPECTION_RESULT, jobId=7)["pass"] is False
 
 
+@BOTH
 def test_the_robot_runs_concurrent_requests_one_at_a_time_in_order(hardware, received, sim, hw_config):
     requests = [("dock_to_buffer", ("c1", 1)), ("scan", ("c2", 1)), ("dock_to_buffer", ("c3", 2)),
                 ("mark", ("c4", 2, "X")), ("scan", ("c5", 2)), ("dock_to_buffer", ("c6", 3))]
@@ -125,6 +131,7 @@ def test_invalid_requests_are_rejected_without_an_event(hardware, received):
     assert line_of(hardware).robot.current is None
 
 
+@BOTH
 def test_rpc_over_the_transport(hardware, received, hw_config):
     with ServiceRpcProxy("hardware", hw_config, timeout=20) as proxy:
         answer = proxy.dock_to_buffer("17", 8, job_id=5)
@@ -137,6 +144,7 @@ def test_rpc_over_the_transport(hardware, received, hw_config):
     assert state["dock"]["pieces"] == 3
 
 
+@BOTH
 def test_a_restarted_service_continues_after_the_plcs_action_ids(make_hardware, received):
     first = make_hardware()
     answer = call(first, "dock_to_buffer", "a", 1)
