@@ -11,9 +11,10 @@ from tests.hardware.conftest import PROTOCOLS, SPEED, call, line_of, more_polls,
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
+BOTH = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
+@BOTH
 def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, received, control):
     control.robot_error(3)
     event_type, payload = outcome(hardware, received, "dock_to_buffer", "t1", 1, job_id=9)
@@ -31,6 +32,7 @@ def test_robot_error_is_a_plc_error_then_the_robot_works_again(hardware, receive
     assert (event_type, payload["errorCode"]) == (ev.TOOL_ACTION_FAILED, "SOURCE_EMPTY")
 
 
+@BOTH
 def test_a_robot_still_busy_from_a_killed_instance_is_waited_for(hardware, received, sim):
     model, r = sim.model, sim.model.map.robot_base
     model.mem[r + P.R_STATE] = P.ROBOT_BUSY  # the action a killed instance sent is still running
@@ -47,6 +49,7 @@ def test_a_robot_still_busy_from_a_killed_instance_is_waited_for(hardware, recei
 # however slow the machine running the test (the default 30 s, 150 ms here, was a CI flake).
 @pytest.mark.parametrize("sim_options", [SimOptions(speed=SPEED, scrap_rate=0.0, seed=7, pallet_size=4,
                                                     pallet_seconds=3600.0)])
+@BOTH
 def test_an_empty_dock_is_source_empty_and_moves_nothing(hardware, received, sim):
     for slot in range(1, 5):  # the first pallet: 4 pieces
         assert outcome(hardware, received, "dock_to_buffer", f"d{slot}", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
@@ -56,6 +59,7 @@ def test_an_empty_dock_is_source_empty_and_moves_nothing(hardware, received, sim
     assert sim.model.mem[sim.model.map.buffer_base + 4] == 0  # buffer slot 5 still empty
 
 
+@BOTH
 def test_machine_fault_fails_the_start_until_cleared(hardware, received, control):
     outcome(hardware, received, "dock_to_buffer", "d", 1, job_id=3)
     outcome(hardware, received, "buffer_to_equipment", "l", 1, "MC2", 1, job_id=3)
@@ -70,6 +74,7 @@ def test_machine_fault_fails_the_start_until_cleared(hardware, received, control
     received.wait(ev.MACHINE_DONE, machineId="MC2", slotNo=1, jobId=3)
 
 
+@BOTH
 def test_a_machine_that_never_reports_done(hardware, received, control, sim, layout):
     outcome(hardware, received, "dock_to_buffer", "d", 1, job_id=4)
     outcome(hardware, received, "buffer_to_equipment", "l", 1, "MC1", 1, job_id=4)
@@ -86,6 +91,7 @@ def test_a_machine_that_never_reports_done(hardware, received, control, sim, lay
     received.wait(ev.MACHINE_DONE, machineId="MC1", jobId=4)
 
 
+@BOTH
 def test_a_hung_robot_action_times_out(make_hardware, received, control):
     hardware = make_hardware(LINECTL_HW_ACTION_TIMEOUT=2.0)
     control.robot_hang()
@@ -95,10 +101,9 @@ def test_a_hung_robot_action_times_out(make_hardware, received, control):
     assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
 
 
-def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control, protocol):
-    if protocol == "opcua":
-        pytest.skip("Modbus only: a slow answer is a lost link there; over OPC UA the session stays up "
-                    "and a late method answer is waited for by the handshake (the acknowledged ids)")
+# Modbus only (the fixture's default): a slow answer is a lost link there; over OPC UA the
+# session stays up and a late method answer is waited for by the handshake (the acknowledged ids).
+def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control):
     hardware = make_hardware(LINECTL_HW_MODBUS_TIMEOUT=1.0, LINECTL_HW_RECONNECT_GRACE=1.0)
     control.delay(3.0)  # the service gives each request 1 s
     event_type, payload = outcome(hardware, received, "scan", "t1", 1)
@@ -111,6 +116,7 @@ def test_a_slow_plc_is_a_modbus_timeout(make_hardware, received, control, protoc
     assert outcome(hardware, received, "dock_to_buffer", "t2", 1)[0] == ev.ROBOT_ACTION_SUCCEEDED
 
 
+@BOTH
 def test_a_dropped_connection_is_signalled_and_recovered(hardware, received, control):
     control.drop(2.0)
     down = received.wait(ev.PLC_CONNECTION, connected=False)
@@ -130,6 +136,7 @@ def late_port():
     return free_port()
 
 
+@BOTH
 def test_no_plc_at_start_then_it_appears(container_factory, nameko_config, received, layout,
                                          sim_options, late_port, protocol):
     # A 1 s request timeout: the OPC UA driver waits three of them at start-up for a
