@@ -10,10 +10,18 @@ import logging
 import eventlet
 import eventlet.event
 import pytest
+from asyncua import ua
 
 from gateway.api.health import plc_down
 from services.hardware.device import asyncio_bridge
 from services.hardware.device.opcua import OpcUaPort
+from services.hardware.device.opcua_errors import (
+    ProblemLog,
+    explain,
+    quiet_asyncua_echoes,
+    thumbprint,
+    worth_a_look,
+)
 from services.hardware.device.opcua_session import CLIENT_APP_URI
 from services.hardware.opcua_certs import ensure_certificate
 from services.hardware.service import HardwareService
@@ -118,9 +126,50 @@ def test_readyz_names_the_plc_link_and_why(container_factory, nameko_config, rec
         "LINECTL_OPCUA_SECURITY": "sign-and-encrypt", "LINECTL_OPCUA_USER": USER,
         "LINECTL_OPCUA_PASSWORD": "wrong-password-000", "LINECTL_DATA_DIR": str(root / "trusted")})
     container.start()
-    lost = received.wait(ev.PLC_CONNECTION, connected=False)
-    assert "check LINECTL_OPCUA_USER and LINECTL_OPCUA_PASSWORD" in lost["error"]
-    status = call(container, "status")
+    received.wait(ev.PLC_CONNECTION, connected=False)
+    # the watcher's next look tells the reason (the first may come before the first refusal)
+    status = wait_for(lambda: (s := call(container, "status"))["plcError"] and "LINECTL_OPCUA_PASSWORD"
+                      in s["plcError"] and s, 10, message="status() naming the refused user")
     assert status["plcConnected"] is False
     assert plc_down(status) == f"plc at {plc.address} ({status['plcError']})"
     assert f"refused the user '{USER}'" in status["plcError"]
+
+
+def test_a_server_that_cannot_decrypt_is_checked_against_the_pinned_certificate(certs):
+    """node-opcua answers a client that encrypted to another certificate with
+    BadTcpInternalError ("oaep decoding error"): not a word of the certificate."""
+    root, trusted = certs
+    pinned = (root / "other-plc.der").read_bytes()
+    credentials = {"server_cert": (pinned, "der"), "user": USER}
+    failure = ua.UaStatusCodeError(ua.StatusCodes.BadTcpInternalError)
+    assert worth_a_look(failure, credentials)
+    level, sentence = explain(failure, "opc.tcp://plc:4840", credentials, presented=trusted)
+    assert level == logging.ERROR
+    assert f"SHA-1 {thumbprint(pinned)}" in sentence and f"SHA-1 {thumbprint(trusted)}" in sentence
+    assert sentence.endswith("check LINECTL_OPCUA_SERVER_CERT (BadTcpInternalError)")
+    # the pinned one presented: the failure is something else
+    assert "LINECTL_OPCUA_SERVER_CERT" not in explain(failure, "opc.tcp://plc:4840", credentials, pinned)[1]
+
+
+def test_a_new_reason_is_said_at_once_the_same_one_a_minute_later(caplog):
+    said, clock = [], Clock()
+    problems = ProblemLog(lambda level, message, *args: said.append(message % args), clock)
+    for reason in ("a", "a", "b", "b", "a"):
+        problems.failed(logging.ERROR, reason)
+    assert said == ["a", "b", "a"]
+    clock.now += 59.0
+    problems.failed(logging.ERROR, "a")
+    clock.now += 1.0
+    problems.failed(logging.ERROR, "a")
+    problems.opened()
+    problems.failed(logging.ERROR, "a")  # a session opened in between: news again
+    assert said == ["a", "b", "a", "a", "a"]
+
+
+def test_asyncuas_echo_of_a_refused_request_is_debug(caplog):
+    quiet_asyncua_echoes()
+    logging.getLogger("asyncua.client.ua_client.UASocketProtocol").critical(
+        "Received an error: %r", "ErrorMessage(Error=BadTcpInternalError, Reason='oaep decoding error')")
+    logging.getLogger("asyncua.client.ua_client.UASocketProtocol").warning("Future for request id %s", 3)
+    assert [(r.levelno, r.msg) for r in caplog.records] == [
+        (logging.DEBUG, "Received an error: %r"), (logging.WARNING, "Future for request id %s")]
