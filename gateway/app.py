@@ -24,6 +24,7 @@ from gateway.api import (
     admin,
     ai,
     alarms,
+    audit,
     events,
     health,
     jobs,
@@ -38,6 +39,7 @@ from gateway.context import EXTENSION, GatewayContext
 from gateway.headers import MAX_BODY_BYTES, security_headers
 from gateway.runtime_lean import RuntimeLeanPath
 from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
+from services.identity.service import Identity
 from shared.config import Settings
 from shared.db import roles
 from shared.db.engine import make_engine, make_sessionmaker
@@ -56,7 +58,7 @@ AI_POOL_TIMEOUT = 5.0
 READ_STATEMENT_TIMEOUT_MS = 10_000
 
 # One blueprint per area, in registration order (the order of /openapi.json).
-AREAS = (health, session, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin)
+AREAS = (health, session, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin, audit)
 
 
 class GatewayApi(Api):
@@ -77,8 +79,10 @@ def _context(settings: Settings, rpc_pool) -> GatewayContext:
                             max_overflow=AI_POOL_OVERFLOW, pool_timeout=AI_POOL_TIMEOUT,
                             pool_pre_ping=False, pool_recycle=3600)
     ai_queue = AiJobQueue(ai_engine, AiQueueConfig.from_settings(settings))
+    # People (sign-in, sessions, audit) share the AI pool: short writes of the gateway's own.
     return GatewayContext(settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool,
-                          metrics=metrics.create(), ai=ai_queue, _lock=threading.Lock())
+                          metrics=metrics.create(), ai=ai_queue, people=Identity(ai_engine, settings),
+                          _lock=threading.Lock())
 
 
 def _limit_body():
@@ -153,6 +157,7 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
     app.before_request(_limit_body)
     app.before_request(_strict_path_and_query)
     app.after_request(_security_headers)
+    app.after_request(audit.audit_command)
     for area in AREAS:
         api.register_blueprint(area.blp)
     ws.init_app(app)

@@ -1,22 +1,33 @@
-"""Bearer-token auth with roles (operator, platform, runtime, admin).
+"""Who is calling, decided once, at the edge: a bearer token or a sign-in
+session becomes an actor with a role (operator, platform, runtime, admin).
 
 Tokens come from settings (``LINECTL_TOKENS``, or a tokens file the process
 re-reads when it changes: ``gateway.tokens``). They are compared in constant
-time against every configured token and never logged. ``admin`` may do
-everything. 401 ``UNAUTHORIZED`` without a valid token, 403 ``FORBIDDEN`` for a
-valid token of the wrong role.
+time against every configured token and never logged. A request without a
+bearer token may carry the ``linectl_session`` cookie (``/api/session``);
+one that changes state (POST, PUT, PATCH, DELETE) must then carry
+``X-CSRF-Token`` equal to its session's, else 403 ``CSRF_TOKEN_INVALID``.
+``admin`` may do everything. 401 ``UNAUTHORIZED`` without a valid token or
+session, 403 ``FORBIDDEN`` for the wrong role.
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
+from urllib.parse import urlsplit
 
 from flask import g, request
 
 from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.tokens import token_key
+from services.identity.watch import session_credential
 from shared.events import ACTOR_NOTE_SEPARATOR
+
+SESSION_COOKIE = "linectl_session"
+CSRF_HEADER = "X-CSRF-Token"
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _token_from_request() -> str | None:
@@ -38,23 +49,55 @@ def _note(raw: str) -> str:
     return "".join(c for c in raw if c.isprintable() and c != ACTOR_NOTE_SEPARATOR)[:100].strip()
 
 
+def _unauthorized(message: str = "a valid bearer token or a signed-in session is required"):
+    return ApiError(401, "UNAUTHORIZED", message, {"WWW-Authenticate": 'Bearer realm="linectl"'})
+
+
+def current_session():
+    """The request's live sign-in session (touched), or None; kept on ``g``."""
+    if "session" not in g:
+        secret = request.cookies.get(SESSION_COOKIE)
+        g.session = gateway_context().people.sessions.resume(secret) if secret else None
+    return g.session
+
+
+def _same_origin() -> bool:
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+def _caller() -> tuple[str, str, bytes]:
+    """(role, name, credential) of a bearer token, else of the session cookie."""
+    token = _token_from_request()
+    if token is not None or SESSION_COOKIE not in request.cookies:
+        holder = holder_for(token)
+        if holder is None:
+            raise _unauthorized()
+        return holder.role, holder.name, token_key(token)  # the key: what a websocket keeps
+    session = current_session()
+    if session is None:
+        raise _unauthorized("your session has ended; sign in again")
+    if request.method in STATE_CHANGING and not hmac.compare_digest(
+            request.headers.get(CSRF_HEADER, "").encode(), session.csrf_token.encode()):
+        raise ApiError(403, "CSRF_TOKEN_INVALID", f"{CSRF_HEADER} must be this session's csrfToken")
+    if request.path == "/ws" and not _same_origin():  # a cross-site page may not borrow the cookie
+        raise ApiError(403, "FORBIDDEN", "a websocket with the session cookie must come from this site")
+    return session.person.role, session.person.name, session_credential(session.key)
+
+
 def authenticate(*roles: str) -> str:
     """The caller's role; raises 401/403 unless it is one of ``roles`` or admin.
-    ``g.actor`` is the token's holder (its name, else its role): what audit rows
-    record. A self-asserted ``X-Actor`` rides along as a note, never as the actor."""
-    token = _token_from_request()
-    holder = holder_for(token)
-    if holder is None:
-        raise ApiError(401, "UNAUTHORIZED", "a valid bearer token is required",
-                       {"WWW-Authenticate": 'Bearer realm="linectl"'})
-    role = holder.role
+    ``g.actor`` is the person signed in, else the token's holder (its name, else
+    its role): what audit rows record. A self-asserted ``X-Actor`` rides along
+    as a note, never as the actor."""
+    role, name, credential = _caller()
     if role != "admin" and role not in roles:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role
-    g.holder = holder.name
-    g.token_key = token_key(token)  # what a websocket keeps, to be closed when the token is revoked
+    g.holder = name
+    g.token_key = credential
     note = _note(request.headers.get("X-Actor", ""))
-    g.actor = f"{holder.name}{ACTOR_NOTE_SEPARATOR}{note}" if note else holder.name
+    g.actor = f"{name}{ACTOR_NOTE_SEPARATOR}{note}" if note else name
     return role
 
 

@@ -17,6 +17,8 @@ from gateway import errors, metrics
 from gateway.tokens import TokenStore
 from services.ai_jobs.queue import AiJobQueue
 from services.ai_jobs.sweeper import ExpirySweeper
+from services.identity.service import Identity
+from services.identity.watch import SESSION_CREDENTIAL
 from shared.config import Settings, nameko_config
 from shared.layout import load_layout
 
@@ -41,6 +43,7 @@ class GatewayContext:
     hub: object = None  # gateway.stream_hub.StreamHub, started by stream_hub()
     watch: object = None  # gateway.service_watch.ServiceWatch, made by service_watch()
     ai: AiJobQueue = None
+    people: Identity = None  # users, sessions, sign-in (services.identity)
     tokens: TokenStore = None  # made from the settings' tokens by __post_init__
     sweeper: ExpirySweeper = None  # started by start_background() in a serving process
     _lock: threading.Lock = None
@@ -110,10 +113,15 @@ class GatewayContext:
                 self.hub = StreamHub(lambda after, limit: read_log(self.db, after, limit), limits,
                                      on_count=self.metrics.ws_clients.set,
                                      on_fanout=self.metrics.ws_fanout.observe,
-                                     authorised=self.tokens.knows).start()
+                                     authorised=self._authorised).start()
                 self._relay().add_listener(self.hub)
                 self.tokens.add_listener(self.hub.revoke)
+                self.people.watch(self.hub.revoke)  # an ended session's streams close (4401)
         return self.hub
+
+    def _authorised(self, credential: bytes) -> bool:
+        # A session that ends later is caught by the people watch.
+        return credential.startswith(SESSION_CREDENTIAL) or self.tokens.knows(credential)
 
     def _relay(self):
         from gateway.relay import EventRelay
@@ -123,7 +131,7 @@ class GatewayContext:
         return self.relay
 
     def close(self) -> None:
-        for part in (self.relay, self.hub, self.sweeper, self.tokens):
+        for part in (self.relay, self.hub, self.sweeper, self.tokens, self.people):
             if part is not None:
                 part.stop()
         if self.watch is not None:

@@ -204,6 +204,7 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     message; FAILED (the loop's database failed) → 503. The line_controller
     unreachable → 503 (raised by the RPC pool)."""
     ctx = gateway_context()
+    g.command = (command_type, payload)  # its audit row: gateway.api.audit.audit_command
     # A replay of an id made here is this request's own first attempt (retried
     # below), not an earlier request: it still answers ``ok_status``.
     caller_named_id = command_id is not None

@@ -33,7 +33,7 @@ class Passwords:
 
     def __init__(self, time_cost: int, memory_kib: int):
         self._hasher = PasswordHasher(time_cost=time_cost, memory_cost=memory_kib, type=Type.ID)
-        self._dummy = self._hasher.hash(secrets.token_urlsafe(16))
+        self._dummy = None  # made on first use: creating an app costs no hash
 
     @classmethod
     def from_settings(cls, settings) -> Passwords:
@@ -47,6 +47,8 @@ class Passwords:
         """Whether ``password`` matches; with no hash (an unknown user) the same
         work is done against the dummy hash, and the answer is False."""
         password = password[:MAX_PASSWORD_LENGTH + 1]
+        if self._dummy is None:
+            self._dummy = self._hasher.hash(secrets.token_urlsafe(16))
         try:
             ok = self._hasher.verify(stored_hash or self._dummy, password)
         except (VerifyMismatchError, VerificationError, InvalidHashError):

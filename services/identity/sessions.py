@@ -18,7 +18,10 @@ from sqlalchemy import func, insert, select, update
 from shared.db.models import PeopleSession
 
 TABLE = PeopleSession.__table__
-MAX_COOKIE = 128  # longer cookie values are not ours and are not hashed
+MAX_COOKIE = 128
+# ended_at is its transaction's start: one that commits after a poll may carry an
+# earlier time. Polls look back this far (a session reported twice closes nothing more).
+ENDED_OVERLAP = timedelta(seconds=10)  # longer cookie values are not ours and are not hashed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +101,11 @@ class SessionStore:
         return conn.execute(update(TABLE).where(TABLE.c.user_name == user_name, TABLE.c.ended_at.is_(None))
                             .values(ended_at=func.now())).rowcount
 
-    def ended_since(self, since: datetime) -> tuple[list[str], datetime]:
+    def ended_since(self, since: datetime | None) -> tuple[list[str], datetime]:
         """Keys of sessions ended at or after ``since``, and the database's time now
         (the next call's ``since``): what closes their websockets."""
         with self.engine.connect() as conn:
-            now = conn.scalar(select(func.now()))
-            keys = conn.execute(select(TABLE.c.id).where(TABLE.c.ended_at >= since)).scalars().all()
+            now = conn.scalar(select(func.clock_timestamp()))
+            keys = [] if since is None else conn.execute(
+                select(TABLE.c.id).where(TABLE.c.ended_at >= since - ENDED_OVERLAP)).scalars().all()
         return keys, now

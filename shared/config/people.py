@@ -35,6 +35,7 @@ class PeopleSettings:
     ldap_user_filter: str = DEFAULT_LDAP_FILTER
     # role -> group DN, in the order given (the first group the user is in wins)
     ldap_role_groups: tuple[tuple[str, str], ...] = ()
+    ldap_ca_file: Path | None = None  # the directory's CA (PEM); unset: the system's CAs
     tls_cert: Path | None = None
     tls_key: Path | None = None
     allow_plain_http: bool = False
@@ -89,6 +90,7 @@ PARSERS = {
     "LDAP_USER_BASE": ("ldap_user_base", lambda n, r: r.strip()),
     "LDAP_USER_FILTER": ("ldap_user_filter", _user_filter),
     "LDAP_ROLE_GROUPS": ("ldap_role_groups", parse_role_groups),
+    "LDAP_CA_FILE": ("ldap_ca_file", _pem),
     "TLS_CERT": ("tls_cert", _pem),
     "TLS_KEY": ("tls_key", _pem),
     "ALLOW_PLAIN_HTTP": ("allow_plain_http", parse_bool),
