@@ -51,14 +51,6 @@ def text_frame(payload: bytes) -> bytes:
     return header + payload
 
 
-def gap_before(first_seq: int, last: int) -> dict | None:
-    """The events a client missed between ``last`` and the first one the log still
-    has: seq is gapless, so a jump means retention purged them."""
-    if first_seq > last + 1:
-        return {"from": last + 1, "to": first_seq - 1}
-    return None
-
-
 def encode(frame: dict) -> bytes:
     return text_frame(json.dumps(frame).encode())
 

@@ -3,23 +3,15 @@
 flask-sock does the handshake on a request thread (``gateway.ws``); the route
 then hands the connection (its socket and its wsproto state) to the hub and
 returns, so an open stream holds no request thread. The hub multiplexes all
-streams with one selector:
+streams with one selector: it adopts them, writes what their queues hold,
+reads what they send, pings them, closes the stalled and the revoked, and
+forgets the gone.
 
-* Each live event is encoded once (JSON, then the websocket frame) and the
-  same bytes are queued to every client, so a thousand clients cost a
-  thousand ``send`` calls per event, not a thousand encodings, and clients
-  that lag by the same frames share their memory.
 * Sends never block, and what a client sends is read and dropped within
   limits (``gateway.stream_client``: its queue, its bounds, its closes).
-* Reading the event log (the backlog, a gap in the live feed, a resync after
-  the relay reconnected) runs on a small thread pool and comes back to the
-  hub as a message, so the selector never waits on the database.
-
-The ordering rule is the one the stream always had: a client's frames go out
-strictly in seq order, ``seq <= last`` is a duplicate and dropped, a jump is
-filled from the log first. A client is adopted by the hub before its backlog
-is read, so every event is either in that read or arrives afterwards as a
-live frame (kept in ``pending`` until the read is in).
+* What goes in a client's queue, and in what order (the live feed, the
+  backlog, gaps, resyncs), is the feed's (``gateway.stream_feed``); the hub
+  thread runs it, so a client is only ever touched by that thread.
 """
 
 from __future__ import annotations
@@ -31,21 +23,19 @@ import socket
 import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from wsproto.events import Ping
 
 from gateway import stream_client
 from gateway.stream_client import HubLimits, StreamClient
+from gateway.stream_feed import StreamFeed
 
 log = logging.getLogger(__name__)
 
-BACKLOG_PAGE = 500
 RECV_BYTES = 65536
 KERNEL_SEND_BUFFER = 256 * 1024
 FLUSH_BYTES = 256 * 1024  # per writev
 FLUSH_FRAMES = 256
-ENCODED_CACHE = 20_000  # recent frames' wire bytes, shared by every client that reads them
 TICK_SECONDS = 0.5
 CLOSE_LINGER = 1.0  # after our close frame and FIN, the client's EOF is awaited this long
 
@@ -55,7 +45,6 @@ class StreamHub:
 
     def __init__(self, read_log, limits: HubLimits = HubLimits(), *, on_count=None,
                  on_fanout=None, authorised=None, log_threads: int = 4):
-        self.read_log = read_log  # (after, limit) -> [frame dict], ordered by seq
         self.limits = limits
         # credential -> still accepted? Asked on the hub thread when a stream is
         # adopted, so a token revoked between the handshake and the adoption is
@@ -72,12 +61,12 @@ class StreamHub:
         self._clients: set[StreamClient] = set()
         self._slots = 0
         self._slots_lock = threading.Lock()
-        self._log_pool = ThreadPoolExecutor(log_threads, thread_name_prefix="stream-log")
+        # read_log: (after, limit) -> [frame dict], ordered by seq
+        self.feed = StreamFeed(read_log, limits, self._post, self._flush, log_threads)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-hub", daemon=True)
         self._next_ping = time.monotonic() + limits.ping_seconds
         self._next_timers = 0.0
-        self._encoded: dict[int, bytes] = {}  # seq -> wire bytes; written by the hub thread only
 
     # -- called from other threads -------------------------------------------
 
@@ -123,7 +112,7 @@ class StreamHub:
         self._wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        self._log_pool.shutdown(wait=False, cancel_futures=True)
+        self.feed.stop()
 
     def _post(self, item) -> None:
         self._inbox.append(item)
@@ -197,7 +186,7 @@ class StreamHub:
             client.revoke()
             self._flush(client)
             return
-        self._read_log(client)
+        self.feed.read_log(client)
 
     def _on_revoke(self, credentials: frozenset) -> None:
         for client in list(self._clients):
@@ -205,101 +194,15 @@ class StreamHub:
                 client.revoke()
                 self._flush(client)
 
-    def _remember(self, seq: int, data: bytes) -> None:
-        if seq not in self._encoded:
-            self._encoded[seq] = data
-            if len(self._encoded) > ENCODED_CACHE:
-                del self._encoded[next(iter(self._encoded))]  # the oldest
-
-    def _read_encoded(self, after: int) -> list[tuple[int, bytes]]:
-        """On a pool thread: a page of the log as wire bytes (encoded here, off the
-        hub thread, unless a client before already had them encoded)."""
-        cached = self._encoded.get
-        return [(f["seq"], cached(f["seq"]) or stream_client.encode(f)) for f in self.read_log(after, BACKLOG_PAGE)]
-
     def _on_frames(self, frames: list[dict], posted: float) -> None:
-        encoded = [(f["seq"], stream_client.encode(f)) for f in frames]
-        for seq, data in encoded:
-            self._remember(seq, data)
-        for client in list(self._clients):
-            for seq, data in encoded:
-                self._offer(client, seq, data)
-            self._flush(client)
+        self.feed.live(self._clients, frames)
         self.on_fanout(time.monotonic() - posted)
 
     def _on_resync(self) -> None:
-        for client in list(self._clients):
-            if client.reading_log:
-                client.pending_lost = True
-            else:
-                self._read_log(client)
+        self.feed.resync(self._clients)
 
     def _on_log_read(self, client: StreamClient, after: int, future) -> None:
-        if client.closed:
-            return
-        try:
-            frames = future.result()
-        except Exception:  # noqa: BLE001 - the database is away: the client resumes later
-            log.warning("stream: reading the event log failed", exc_info=True)
-            client.queue_close(stream_client.CLOSE_TRY_AGAIN_LATER, "event log unavailable; resume with ?after=")
-            self._flush(client)
-            return
-        if frames and (gap := stream_client.gap_before(frames[0][0], after)):
-            client.enqueue(None, stream_client.encode({"type": "gap", **gap}), bounded=False)
-        for seq, data in frames:
-            self._remember(seq, data)
-            if seq > client.last:
-                # Not bounded like live frames: a page is read only when the queue has room.
-                client.enqueue(seq, data, bounded=False)
-        if client.closing:
-            return
-        if len(frames) == BACKLOG_PAGE:
-            client.more_log = True  # read on when the queue has room (see _flush)
-            self._flush(client)
-            return
-        self._after_log(client)
-        self._flush(client)
-
-    def _after_log(self, client: StreamClient) -> None:
-        """The log is read up to now: the frames that came live meanwhile follow, if they join up."""
-        pending, client.pending = client.pending, []
-        for i, (seq, data) in enumerate(pending):
-            if seq <= client.last:
-                continue
-            if seq > client.last + 1:
-                client.pending = pending[i:]
-                self._read_log(client)  # a frame was never published: fill from the log
-                return
-            client.enqueue(seq, data)
-            if client.closing:
-                return
-        if client.pending_lost:
-            self._read_log(client)
-            return
-        client.reading_log = False
-
-    def _read_log(self, client: StreamClient) -> None:
-        client.reading_log = True
-        client.more_log = False
-        client.pending_lost = False
-        after = client.last
-        future = self._log_pool.submit(self._read_encoded, after)
-        future.add_done_callback(lambda f: self._post(("log_read", client, after, f)))
-
-    def _offer(self, client: StreamClient, seq: int, data: bytes) -> None:
-        """A live frame for this client."""
-        if client.closing or seq <= client.last and not client.reading_log:
-            return
-        if client.reading_log:
-            if len(client.pending) >= self.limits.queue_frames:
-                client.pending.clear()
-                client.pending_lost = True  # the log still has them all
-            client.pending.append((seq, data))
-        elif seq == client.last + 1:
-            client.enqueue(seq, data)
-        else:
-            client.pending.append((seq, data))
-            self._read_log(client)
+        self.feed.log_read(client, after, future)
 
     def _flush(self, client: StreamClient) -> None:
         """Write what the socket takes now; watch for writability if more is left."""
@@ -334,7 +237,7 @@ class StreamHub:
             # Everything is on the wire: a client that does not hang up soon is not going to.
             client.deadline = min(client.deadline or float("inf"), time.monotonic() + CLOSE_LINGER)
         if client.more_log and not client.closing and client.has_room():
-            self._read_log(client)
+            self.feed.read_log(client)
         want_write = bool(client.out)
         if want_write != client.watching_write:  # one epoll_ctl per change, not per flush
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)

@@ -32,14 +32,13 @@ import socket
 
 from flask import Blueprint, g, request
 from flask_sock import Sock
-from sqlalchemy import func, select
 
 from gateway.auth import authenticate
 from gateway.context import gateway_context
 from gateway.errors import ApiError
+from gateway.event_log import newest_seq
+from gateway.event_log import read_log  # noqa: F401 - gateway.context's, until it takes it from there
 from gateway.schemas import MAX_ID
-from shared import serialize
-from shared.db.models import EventLog
 
 bp = Blueprint("ws", __name__)
 sock = Sock()
@@ -62,7 +61,7 @@ def _check_request():
     g.ws_slot = hub
     # "From now" is fixed before the handshake, so nothing after it is missed.
     with ctx.db() as session:
-        newest = session.scalar(select(func.coalesce(func.max(EventLog.seq), 0)))
+        newest = newest_seq(session)
     if raw is None:
         g.ws_after = newest
     elif int(raw) > newest:
@@ -96,13 +95,6 @@ def _release_slot(_exc):
     hub = g.pop("ws_slot", None)
     if hub is not None:
         hub.release()  # refused or failed before the hub adopted the stream
-
-
-def read_log(db, after: int, limit: int) -> list[dict]:
-    """Logged events with ``seq > after``, oldest first, as frames."""
-    stmt = select(EventLog.__table__).where(EventLog.seq > after).order_by(EventLog.seq).limit(limit)
-    with db() as session:
-        return [serialize.event_frame(r) for r in session.execute(stmt)]
 
 
 class HubReadsTheSocket:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
-from gateway import schemas
+from gateway import event_log, schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import query_view, read_session, reply
-from gateway.stream_client import gap_before
-from shared import serialize
-from shared.db.models import EventLog
 
 blp = Blueprint("events", __name__, description="the event log")
 
@@ -18,12 +13,10 @@ blp = Blueprint("events", __name__, description="the event log")
 def list_events(args):
     """Events with ``seq > after`` in order; ``nextCursor`` is the ``after`` of the next page.
     When retention purged some of them, ``gap`` names the missing seqs ``{from, to}``."""
-    stmt = (select(EventLog.__table__).where(EventLog.seq > args["after"])
-            .order_by(EventLog.seq).limit(args["limit"]))
     with read_session() as session:
-        items = [serialize.event_frame(r) for r in session.execute(stmt)]
+        items = event_log.page(session, args["after"], args["limit"])
     next_cursor = str(items[-1]["seq"]) if len(items) == args["limit"] else None
     body = {"items": items, "nextCursor": next_cursor}
-    if items and (gap := gap_before(items[0]["seq"], args["after"])):
+    if items and (gap := event_log.gap_before(items[0]["seq"], args["after"])):
         body["gap"] = gap
     return reply(body)
