@@ -16,7 +16,7 @@ import pytest
 
 from services.hardware import plc as P
 from services.hardware.action_requests import ActionRequest, CommandBuilder
-from services.hardware.device import open_port
+from services.hardware.device import DevicePort, MachineAnswer, RobotStatus, open_port
 from services.hardware.robot import ActionRunner
 from services.hardware.sim.model import SimOptions
 from shared import events as ev
@@ -93,3 +93,41 @@ def test_the_driver_asks_for_every_edge_and_says_what_the_server_granted(runner,
     assert f"publishing every {SLOW_PUBLISHING_MS} ms (asked 10)" in line, line
     # asyncua's server grants its publishing interval as the sampling (it reports every write)
     assert f"sampling {SLOW_PUBLISHING_MS} ms (asked 0: the fastest), queues of 64 (asked 64)" in line, line
+
+
+class _PlcThatRestartsUnseen(DevicePort):
+    """Shows the robot's action acknowledged, then (a restart and a reconnect the
+    link never reported) acknowledged ids back at 0: no real PLC here can make a
+    loss go unseen, so this is a stand-in for exactly that."""
+
+    protocol = "fake"
+    address = "fake"
+
+    def __init__(self):
+        self.reads = 0
+
+    def robot_status(self) -> RobotStatus:
+        self.reads += 1
+        if self.reads == 1:
+            return RobotStatus(0, 0, P.ROBOT_IDLE, 0, 0)  # before the command
+        return RobotStatus(0, 7, P.ROBOT_BUSY, 0, 0) if self.reads == 2 else RobotStatus(0, 0, P.ROBOT_IDLE, 0, 0)
+
+    def send_robot_command(self, action_id, command) -> bool:
+        return True
+
+    def scan_text(self): return ""
+    def start_machine(self, equipment_id, action_id, jobs): return True
+    def machine_answer(self, equipment_id): return MachineAnswer(0, 0)
+    def abort_machine(self, equipment_id, action_id): return True
+    def abort_answer(self, equipment_id): return 0
+    def answered_action_ids(self): return [0, 0]
+    def read_state(self): return {}
+    def wait_for_change(self, timeout): return False
+    def wait_for_answer(self, timeout): pass
+    def close(self): pass
+
+
+def test_an_acknowledged_id_gone_without_a_loss_seen_is_an_unknown_outcome(layout):
+    runner = ActionRunner(_PlcThatRestartsUnseen(), layout, action_timeout=2.0, poll_interval=0.01)
+    result = runner.run(ActionRequest("m", 7, CommandBuilder(layout).dock_to_buffer(1, 51)))
+    assert (result.ok, result.error_code) == (False, ev.OUTCOME_UNKNOWN), result
