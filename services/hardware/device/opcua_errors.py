@@ -129,6 +129,8 @@ def worth_a_look(exc: BaseException, credentials: dict[str, Any] | None) -> bool
     if credentials is None or not credentials.get("server_cert"):
         return False
     code = status_code(exc)
+    if isinstance(exc, ConnectionRefusedError):  # nothing listens: no certificate to look at
+        return False
     return code in UNREADABLE or (code is None and isinstance(exc, TimeoutError | asyncio.TimeoutError | EOFError
                                                                  | ConnectionError | ua.UaError))
 
