@@ -106,18 +106,9 @@ def free_equipment_slot(db: DBState, position_ref_id: str, job_id: int) -> None:
 
 
 def scrap_job(db: DBState, job) -> None:
-    """Out of the cell as scrap; an equipment slot still holding it is emptied. A
-    piece a refill took that never reached the buffer may still be at the dock (a
-    gripper fault moves nothing): the dock's count gets it back, since a count too
-    high costs one robot move and a count too low stalls the line."""
+    """Out of the cell as scrap; an equipment slot still holding it is emptied (a
+    refill's piece that never reached the buffer counts at the dock again:
+    ``DBState.finish_job``)."""
     if job.position_type == "ON_EQUIPMENT":
         free_equipment_slot(db, job.position_ref_id, job.id)
-    elif job.position_type == "ON_ROBOT" and _taken_by_refill(db, job.id):
-        db.give_back_dock_pieces(1)
     db.finish_job(job.id, "SCRAPPED")
-
-
-def _taken_by_refill(db: DBState, job_id: int) -> bool:
-    """The job is on the robot because of a refill (its newest task), not a load."""
-    task = db.last_task_of_job(job_id)
-    return task is not None and task.kind == ev.DOCK_TO_BUFFER

@@ -22,6 +22,7 @@ from services.line_controller.scheduler import default_scheduler
 from shared import events as ev
 from tests.flow.invariants import replay
 from tests.flow.test_command_properties import InstantHardware
+from tests.line_controller.scripted import Refill
 from tests.line_controller.test_recovery import plc
 
 HANG = "HANG"  # the robot never answers: the step times out
@@ -184,3 +185,14 @@ def test_a_reconnect_takes_the_dock_count_from_the_plc(harness):
     harness.ok("PlcConnection", {"connected": True, "plcState": {
         **plc(), "dock": {"pieces": 5, "arrivals": 7}, "observedAt": "2026-11-30T10:00:05+00:00"}})
     assert _dock(harness.engine) == 5
+
+
+def test_an_order_cancelled_after_a_refill_failed_leaves_its_piece_counted_at_the_dock(harness):
+    harness.ok("PalletArrived", {"count": 1})
+    order_id, (j,) = harness.started_order(quantity=1)
+    req = harness.act(Refill(j, 1))
+    assert _dock(harness.engine) == 0
+    harness.fail(req, "PLC_ERROR")  # a gripper fault: nothing moved, the job ERROR on the robot
+    harness.ok("CancelOrder", {"workOrderId": order_id})
+    assert harness.job(j).status == "CANCELLED"
+    assert _dock(harness.engine) == 1  # the next order's refill may take it

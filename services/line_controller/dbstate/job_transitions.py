@@ -191,9 +191,16 @@ class JobTransitions(StateBase):
     def finish_job(self, job_id: int, terminal: str):
         """COMPLETED / SCRAPPED / CANCELLED. The order's count moves in the same
         statement, conditioned on the job's old state being non-terminal: a
-        repeated or concurrent finish counts nothing."""
+        repeated or concurrent finish counts nothing. A job that ends on the robot
+        where a refill put it gives its piece back to the dock's count: the piece
+        may never have left the dock (a gripper fault moves nothing), and a count
+        too high costs one robot move where one too low stalls the line."""
         if terminal not in JOB_TERMINAL:
             raise ValueError(terminal)
+        was = self.job(job_id)
+        if was is not None and was.position_type == "ON_ROBOT" and was.status not in JOB_TERMINAL \
+                and self.taken_by_refill(job_id):
+            self.give_back_dock_pieces(1)
         job = self._one(
             f"WITH j AS (UPDATE job SET status = :t, held_status = NULL, temp_slot_no = NULL, "
             f"  position_type = 'OUT', position_ref_id = NULL, finished_at = :now, "

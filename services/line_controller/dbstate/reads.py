@@ -74,11 +74,13 @@ class Reads(StateBase):
             "SELECT * FROM task WHERE status IN ('PENDING','RUNNING') AND "
             "(job_id = :j OR params->'jobIds' @> to_jsonb(:j))", j=job_id)
 
-    def last_task_of_job(self, job_id: int):
-        """The newest task that moved (or was to move) the job, whatever its status."""
-        return self._one(
-            "SELECT * FROM task WHERE job_id = :j OR params->'jobIds' @> to_jsonb(:j) "
+    def taken_by_refill(self, job_id: int) -> bool:
+        """Whether the newest task that moved (or was to move) the job is a refill:
+        a job on the robot because of it came off the dock, not off the buffer."""
+        row = self._one(
+            "SELECT kind FROM task WHERE job_id = :j OR params->'jobIds' @> to_jsonb(:j) "
             "ORDER BY id DESC LIMIT 1", j=job_id)
+        return row is not None and row.kind == "DOCK_TO_BUFFER"
 
     def machines_without_progress(self):
         """Per machine with cycles open: since when it has made no progress (the
