@@ -25,7 +25,7 @@ from shared.db.models import (
 )
 from shared.layout import Layout
 
-from ..consistency_checks import RECOVERY_PREFIX
+from ..consistency_checks import BUFFER_PIECE_UNKNOWN, RECOVERY_PREFIX
 from ..manual_actions import MACHINE_IN_QUESTION
 from . import state
 
@@ -82,11 +82,21 @@ _OPEN_ALARMS = (
     .order_by(Alarm.id)
 )
 
-# Machines an open manual action puts in question (a fault, a restart-recovery finding).
-_MACHINES_IN_QUESTION = select(ManualAction.equipment_id).distinct().where(
-    ManualAction.status == "OPEN", ManualAction.equipment_id.is_not(None),
+# Open manual actions that put a machine (a fault, a restart-recovery finding) or a
+# buffer slot (a piece there no job holds, until an operator has taken it off) in question.
+_ACTIONS_IN_QUESTION = select(
+    ManualAction.kind, ManualAction.equipment_id, ManualAction.context["bufferSlot"].as_integer(),
+).where(
+    ManualAction.status == "OPEN",
     or_(ManualAction.kind.in_(MACHINE_IN_QUESTION), ManualAction.kind.startswith(RECOVERY_PREFIX)),
 )
+
+
+def _in_question(conn) -> tuple[frozenset[str], frozenset[int]]:
+    """(machines, buffer slots) an open manual action holds."""
+    rows = conn.execute(_ACTIONS_IN_QUESTION).all()
+    return (frozenset(eq_id for _kind, eq_id, _slot in rows if eq_id is not None),
+            frozenset(slot for kind, _eq, slot in rows if kind == BUFFER_PIECE_UNKNOWN and slot is not None))
 
 
 def build_system_state(session: Session, layout: Layout, now: datetime) -> state.SystemState:
@@ -143,9 +153,10 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> state
                   slot_no=slot_no, buffer_slot=buffer_slot)
         for aid, code, eq_id, job_id, task_id, slot_no, buffer_slot in conn.execute(_OPEN_ALARMS)
     )
+    machines_in_question, buffer_slots_held = _in_question(conn)
     return state.SystemState(
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
         equipment=equipment, open_tasks=open_tasks, faults=faults,
         dock_pieces=conn.execute(_DOCK).scalar(),
-        equipment_in_question=frozenset(conn.execute(_MACHINES_IN_QUESTION).scalars()),
+        equipment_in_question=machines_in_question, buffer_slots_held=buffer_slots_held,
     )

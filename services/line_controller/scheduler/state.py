@@ -178,6 +178,8 @@ class SystemState:
     # Equipment an open manual action is about (a fault, a recovery question):
     # nothing is loaded onto it or started on it until the operator has answered.
     equipment_in_question: frozenset[str] = frozenset()
+    # Buffer slots an open recovery action holds (a piece there no job holds).
+    buffer_slots_held: frozenset[int] = frozenset()
 
     # -- indexes (computed once per snapshot) ---------------------------------
 
@@ -225,9 +227,10 @@ class SystemState:
 
     @cached_property
     def buffer_slots_in_question(self) -> frozenset[int]:
-        """Buffer slots a refill or take-out with an uncleared alarm touched."""
-        return frozenset(f.buffer_slot for f in self.faults
-                         if f.task_id is not None and f.buffer_slot is not None)
+        """Buffer slots a refill or take-out with an uncleared alarm touched, and
+        those an open recovery action holds."""
+        return self.buffer_slots_held | frozenset(f.buffer_slot for f in self.faults
+                                                  if f.task_id is not None and f.buffer_slot is not None)
 
     @cached_property
     def robot_busy(self) -> bool:
