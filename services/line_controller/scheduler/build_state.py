@@ -92,11 +92,12 @@ _ACTIONS_IN_QUESTION = select(
 )
 
 
-def _in_question(conn) -> tuple[frozenset[str], frozenset[int]]:
-    """(machines, buffer slots) an open manual action holds."""
+def _in_question(conn) -> dict[str, frozenset]:
+    """The machines and the buffer slots an open manual action holds (SystemState's fields)."""
     rows = conn.execute(_ACTIONS_IN_QUESTION).all()
-    return (frozenset(eq_id for _kind, eq_id, _slot in rows if eq_id is not None),
-            frozenset(slot for kind, _eq, slot in rows if kind == BUFFER_PIECE_UNKNOWN and slot is not None))
+    return {"equipment_in_question": frozenset(eq_id for _kind, eq_id, _slot in rows if eq_id is not None),
+            "buffer_slots_held": frozenset(slot for kind, _eq, slot in rows
+                                           if kind == BUFFER_PIECE_UNKNOWN and slot is not None)}
 
 
 def build_system_state(session: Session, layout: Layout, now: datetime) -> state.SystemState:
@@ -153,10 +154,9 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> state
                   slot_no=slot_no, buffer_slot=buffer_slot)
         for aid, code, eq_id, job_id, task_id, slot_no, buffer_slot in conn.execute(_OPEN_ALARMS)
     )
-    machines_in_question, buffer_slots_held = _in_question(conn)
     return state.SystemState(
         now=now, buffer_size=layout.buffer_slots, orders=orders, jobs=jobs,
         equipment=equipment, open_tasks=open_tasks, faults=faults,
         dock_pieces=conn.execute(_DOCK).scalar(),
-        equipment_in_question=machines_in_question, buffer_slots_held=buffer_slots_held,
+        **_in_question(conn),
     )
