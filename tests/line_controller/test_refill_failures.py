@@ -196,3 +196,18 @@ def test_an_order_cancelled_after_a_refill_failed_leaves_its_piece_counted_at_th
     harness.ok("CancelOrder", {"workOrderId": order_id})
     assert harness.job(j).status == "CANCELLED"
     assert _dock(harness.engine) == 1  # the next order's refill may take it
+
+
+def test_a_refill_of_unknown_outcome_answered_not_done_gives_its_piece_back(harness):
+    """The PLC took the refill, then restarted without it; the operator says it did
+    not happen (CONFIRM: the records stand): the piece is at the dock, and counted."""
+    harness.ok("PalletArrived", {"count": 1})
+    _, (j,) = harness.started_order(quantity=1)
+    req = harness.act(Refill(j, 1))
+    harness.fail(req, ev.OUTCOME_UNKNOWN)
+    (question,) = [a for a in harness.manual_actions() if a.status == "OPEN"]
+    assert question.kind == "RECOVERY_TASK_OUTCOME_UNKNOWN" and "CONFIRM" in question.choices
+    harness.ok("ResolveManualAction", {"manualActionId": question.id, "resolution": "CONFIRM"})
+    job = harness.job(j)
+    assert (job.status, job.position_type) == ("PENDING", "ON_DOCK")
+    assert _dock(harness.engine) == 1
