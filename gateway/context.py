@@ -14,6 +14,11 @@ from flask import Flask, current_app
 from sqlalchemy.orm import sessionmaker
 
 from gateway import errors, metrics
+from gateway.event_log import read_log
+from gateway.relay import EventRelay
+from gateway.rpc import RpcPool
+from gateway.service_watch import ServiceWatch
+from gateway.stream_hub import HubLimits, StreamHub
 from gateway.tokens import TokenStore
 from services.ai_jobs.queue import AiJobQueue
 from services.ai_jobs.sweeper import ExpirySweeper
@@ -62,22 +67,16 @@ class GatewayContext:
 
     def rpc_pool(self):
         if self.rpc is None:
-            from gateway.rpc import RpcPool
-
             self.rpc = RpcPool(nameko_config(self.settings), timeout=self.settings.command_wait_seconds + 5)
         return self.rpc
 
     def status_pool(self):
         if self.status_rpc is None:
-            from gateway.rpc import RpcPool
-
             self.status_rpc = RpcPool(nameko_config(self.settings), size=2, timeout=STATUS_RPC_TIMEOUT)
         return self.status_rpc
 
     def service_watch(self):
         """Presence and cached status of the services (``/readyz``, ``/metrics``, commands)."""
-        from gateway.service_watch import ServiceWatch
-
         def status_of(service: str) -> dict:
             with self.status_pool().client() as rpc:
                 return getattr(rpc, service).status()
@@ -102,9 +101,6 @@ class GatewayContext:
 
     def stream_hub(self):
         """The process's websocket StreamHub, started on first use and fed by the relay."""
-        from gateway.stream_hub import HubLimits, StreamHub
-        from gateway.ws import read_log
-
         with self._lock:
             if self.hub is None:
                 s = self.settings
@@ -124,8 +120,6 @@ class GatewayContext:
         return credential.startswith(SESSION_CREDENTIAL) or self.tokens.knows(credential)
 
     def _relay(self):
-        from gateway.relay import EventRelay
-
         if self.relay is None:
             self.relay = EventRelay(nameko_config(self.settings)["AMQP_URI"])
         return self.relay

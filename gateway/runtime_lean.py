@@ -26,6 +26,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from urllib.parse import parse_qsl
 
 import orjson
 
@@ -340,8 +341,6 @@ class RuntimeLeanPath:
 
     @staticmethod
     def _check_query(query: str) -> None:
-        from urllib.parse import parse_qsl
-
         for key, value in parse_qsl(query, keep_blank_values=True, errors="replace"):
             why = strict_json.bad_text(key) or strict_json.bad_text(value)
             if why:

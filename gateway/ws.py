@@ -37,7 +37,6 @@ from gateway.auth import authenticate
 from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.event_log import newest_seq
-from gateway.event_log import read_log  # noqa: F401 - gateway.context's, until it takes it from there
 from gateway.schemas import MAX_ID
 
 bp = Blueprint("ws", __name__)
