@@ -197,15 +197,13 @@ class JobTransitions(StateBase):
         too high costs one robot move where one too low stalls the line."""
         if terminal not in JOB_TERMINAL:
             raise ValueError(terminal)
-        was = self.job(job_id)
-        if was is not None and was.position_type == "ON_ROBOT" and was.status not in JOB_TERMINAL \
-                and self.taken_by_refill(job_id):
-            self.give_back_dock_pieces(1)
         job = self._one(
-            f"WITH j AS (UPDATE job SET status = :t, held_status = NULL, temp_slot_no = NULL, "
+            f"WITH was AS (SELECT position_type FROM job WHERE id = :id), "  # the row before the update
+            f"j AS (UPDATE job SET status = :t, held_status = NULL, temp_slot_no = NULL, "
             f"  position_type = 'OUT', position_ref_id = NULL, finished_at = :now, "
             f"  version = version + 1, updated_at = now() "
-            f"  WHERE id = :id AND status NOT IN {JOB_TERMINAL_SQL} RETURNING *), "
+            f"  WHERE id = :id AND status NOT IN {JOB_TERMINAL_SQL} "
+            f"  RETURNING *, (SELECT position_type FROM was) AS was_position), "
             f"o AS (UPDATE work_order SET "
             f"  completed_qty = work_order.completed_qty + CASE WHEN :t = 'COMPLETED' THEN 1 ELSE 0 END, "
             f"  scrapped_qty = work_order.scrapped_qty + CASE WHEN :t = 'SCRAPPED' THEN 1 ELSE 0 END, "
@@ -213,6 +211,8 @@ class JobTransitions(StateBase):
             f"  FROM j WHERE work_order.id = j.work_order_id AND :t <> 'CANCELLED' RETURNING work_order.id) "
             f"SELECT * FROM j", id=job_id, t=terminal, now=self.now)
         self._must(job, f"job {job_id} is already finished")
+        if job.was_position == "ON_ROBOT" and self.taken_by_refill(job_id):
+            self.give_back_dock_pieces(1)
         self.emit("JobFinished", serialize.job(job))
         if terminal != "CANCELLED":
             order = self.work_order(job.work_order_id)
