@@ -15,8 +15,11 @@ USER linectl
 WORKDIR /var/lib/linectl
 # Tokens, the AI credential key and (without LINECTL_DATABASE_URL) the embedded
 # PostgreSQL live here: mount a volume to keep them across a recreate.
+# The container's port is published in clear unless LINECTL_TLS_CERT/KEY name a
+# mounted certificate or a TLS proxy fronts it (docs/operations.md, "People").
 ENV LINECTL_DATA_DIR=/var/lib/linectl \
     LINECTL_HTTP_HOST=0.0.0.0 \
+    LINECTL_ALLOW_PLAIN_HTTP=1 \
     LINECTL_LOG_FORMAT=json
 VOLUME ["/var/lib/linectl"]
 EXPOSE 8000

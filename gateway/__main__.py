@@ -49,7 +49,8 @@ from gateway import metrics  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.context import gateway_context  # noqa: E402
 from gateway.errors import REQUEST_LIMITS  # noqa: E402
-from shared.config import SettingsError, ensure_tokens, load_settings  # noqa: E402
+from gateway.tls_front import start_front  # noqa: E402
+from shared.config import SettingsError, check_bind, ensure_tokens, load_settings  # noqa: E402
 
 
 class GatewayArbiter(Arbiter):
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = ensure_tokens(load_settings())
         if not settings.database_url:
             raise SettingsError("LINECTL_DATABASE_URL: the gateway needs the database URL")
+        check_bind(settings)
     except SettingsError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     metrics_dir = Path(settings.data_dir).resolve() / "gateway-metrics" / str(settings.http_port)
     metrics.use_worker_files(metrics_dir)
+    start_front(settings, options)  # TLS: HTTPS and wss on the port, gunicorn behind it on loopback
     GatewayServer(settings, options, metrics_dir).run()
     return 0
 

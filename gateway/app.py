@@ -35,7 +35,7 @@ from gateway.api import (
     session,
     stats,
 )
-from gateway.context import EXTENSION, GatewayContext
+from gateway.context import EXTENSION, GatewayContext, gateway_context
 from gateway.headers import MAX_BODY_BYTES, security_headers
 from gateway.runtime_lean import RuntimeLeanPath
 from services.ai_jobs.queue import AiJobQueue, AiQueueConfig
@@ -102,9 +102,15 @@ def _strict_path_and_query():
             raise errors.ApiError(400, "VALIDATION_ERROR", f"{key[:40]!s}: {why}")
 
 
+# Under TLS (LINECTL_TLS_CERT/KEY) browsers keep to HTTPS for a year.
+HSTS = "max-age=31536000"
+
+
 def _security_headers(response):
     for name, value in security_headers(request.host):
         response.headers.setdefault(name, value)
+    if gateway_context().settings.tls:
+        response.headers.setdefault("Strict-Transport-Security", HSTS)
     return response
 
 

@@ -11,6 +11,7 @@ tune new password hashes (argon2-cffi's defaults; tests lower them).
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from pathlib import Path
 
 from argon2 import DEFAULT_MEMORY_COST, DEFAULT_TIME_COST
@@ -120,6 +121,11 @@ def check_people(values: dict) -> None:
     if ("tls_cert" in values) != ("tls_key" in values):
         missing = "TLS_KEY" if "tls_cert" in values else "TLS_CERT"
         raise SettingsError(f"{PREFIX}{missing}: needed with {PREFIX}TLS_CERT and {PREFIX}TLS_KEY both set")
+    if "tls_cert" in values:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(values["tls_cert"], values["tls_key"])
+        except (ssl.SSLError, OSError) as exc:
+            raise SettingsError(f"{PREFIX}TLS_CERT: not a PEM certificate matching {PREFIX}TLS_KEY ({exc})") from None
     if values.get("ldap_url"):
         for key, field in (("LDAP_USER_BASE", "ldap_user_base"), ("LDAP_ROLE_GROUPS", "ldap_role_groups")):
             if not values.get(field):

@@ -12,7 +12,7 @@ from services.stack.migrate import upgrade
 from services.stack.processes import stack_processes
 from services.stack.readiness import ReadinessWatch
 from services.stack.supervisor import Supervisor
-from shared.config import Settings, ensure_tokens, mask_url
+from shared.config import Settings, check_bind, ensure_tokens, mask_url
 
 
 def _print_summary(settings: Settings, url: str, server, specs, page: str) -> None:
@@ -31,12 +31,13 @@ def _print_summary(settings: Settings, url: str, server, specs, page: str) -> No
 
 
 def run(settings: Settings, args) -> int:
+    check_bind(settings)  # before anything starts: no plain HTTP on a non-loopback address
     url, server = database_url(settings)
     upgrade(url)
     admin_password = bootstrap.initial_admin_at(url, settings)
     settings = ensure_tokens(settings)
     specs = stack_processes(settings, url)
-    page = f"http://{settings.http_host}:{settings.http_port}/"
+    page = f"{'https' if settings.tls else 'http'}://{settings.http_host}:{settings.http_port}/"
 
     def say(line):
         print(f"linectl: {line}" + (f" ({page})" if line.startswith("ready") else ""), flush=True)
