@@ -113,10 +113,10 @@ class TaskRow:
 @dataclass(frozen=True)
 class DockRecord:
     """The DB's count of pieces at the dock (None: never read from the PLC), and
-    how many refills had claimed a piece before that reading and not ended by
-    then: the reading may still count their pieces, which have left since."""
+    how many refills' pieces may have left the dock although the count still
+    holds them (the count may be high, never low: docs/state-machines.md)."""
     pieces: int | None
-    refills_across_reading: int = 0
+    may_have_left: int = 0
 
 
 def find_inconsistencies(
@@ -331,17 +331,17 @@ def buffer_pieces_unknown(jobs: list[JobRow], sensors: Mapping[int, bool], busy:
 
 
 def dock_count_disagrees(dock: DockRecord, plc_pieces: int) -> list[Inconsistency]:
-    """The PLC counts fewer pieces at the dock than the DB, more than the refills
-    under way at the DB's reading can have taken since: pieces left the dock that
-    no record accounts for (a restored database, pieces taken by hand). More
-    pieces than recorded is no question (a pallet came; the count follows the PLC)."""
-    if dock.pieces is None or plc_pieces >= dock.pieces - dock.refills_across_reading:
+    """The PLC counts fewer pieces at the dock than the DB, by more than the
+    refills the count may still hold: pieces left the dock that no record accounts
+    for (a restored database, pieces taken by hand). More pieces than recorded is
+    no question (a pallet came; the count follows the PLC)."""
+    if dock.pieces is None or plc_pieces >= dock.pieces - dock.may_have_left:
         return []
-    missing = dock.pieces - dock.refills_across_reading - plc_pieces
+    missing = dock.pieces - dock.may_have_left - plc_pieces
     return [Inconsistency(
         DOCK_COUNT_MISMATCH,
         f"The PLC counts {plc_pieces} piece(s) at the dock; the database expected at least "
-        f"{dock.pieces - dock.refills_across_reading}: {missing} piece(s) left the dock without a record.",
+        f"{dock.pieces - dock.may_have_left}: {missing} piece(s) left the dock without a record.",
         context={"dockPieces": dock.pieces, "plcPieces": plc_pieces},
         facts={"plc_pieces": plc_pieces, "db_pieces": dock.pieces, "missing": missing},
     )]

@@ -18,6 +18,7 @@ from services.hardware.plc import CMD_BUFFER_TO_DOCK as BUFFER_TO_DOCK
 from services.hardware.plc import PlcUnavailable
 from services.line_controller import consistency_checks as r
 from services.line_controller.scheduler.build_state import build_system_state
+from tests.line_controller.scripted import Refill
 from tests.line_controller.test_recovery import restart  # noqa: F401 (fixture)
 from tests.support.plc_host import PlcHost
 from tests.support.ports import free_port
@@ -127,10 +128,22 @@ def test_a_plc_restart_compares_the_buffer_and_the_dock_with_the_records(harness
     assert (job.status, job.position_type, job.temp_slot_no) == ("QUEUED", "ON_BUFFER", 2)
 
 
-def test_a_dock_count_may_be_high_by_the_refills_under_way_at_its_reading():
+def test_a_dock_count_may_be_high_by_the_refills_it_may_still_hold():
     # The reading (8) still counted the piece of a refill claimed before it; it has left since.
-    assert r.dock_count_disagrees(r.DockRecord(8, refills_across_reading=1), 7) == []
+    assert r.dock_count_disagrees(r.DockRecord(8, may_have_left=1), 7) == []
     assert r.dock_count_disagrees(r.DockRecord(8), 12) == []  # a pallet came: no question
     assert r.dock_count_disagrees(r.DockRecord(None), 0) == []  # never read: nothing to compare
-    (finding,) = r.dock_count_disagrees(r.DockRecord(8, refills_across_reading=1), 5)
+    (finding,) = r.dock_count_disagrees(r.DockRecord(8, may_have_left=1), 5)
     assert finding.facts == {"plc_pieces": 5, "db_pieces": 8, "missing": 2}
+
+
+def test_a_reading_taken_while_a_refill_was_under_way_is_no_disagreement(harness, layout):
+    _oid, jobs = harness.started_order(quantity=2)
+    refill = harness.act(Refill(jobs[0], 1))
+    # The PLC counts 8 while the robot is on its way to the dock: the record is 8 again
+    harness.ok("PalletArrived", {"count": PALLET, "observedAt": datetime.now(UTC).isoformat()})
+    assert harness.succeed(refill).status == "HANDLED"  # ... and the piece has left since
+    cell = {"connected": True, "observedAt": datetime.now(UTC).isoformat(), "equipment": [],
+            "buffer": [{"slotNo": n, "occupied": n == 1} for n in range(1, 9)], "dock": {"pieces": PALLET - 1}}
+    assert harness.ok("PlcConnection", {"connected": True, "plcState": cell})["inconsistencies"] == 0
+    assert harness.row("SELECT pieces_waiting FROM dock").pieces_waiting == PALLET - 1

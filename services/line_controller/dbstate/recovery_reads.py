@@ -27,10 +27,13 @@ class RecoveryReads(StateBase):
 
     def dock_record(self):
         """The dock's recorded count (``pieces``; None: never read from the PLC) and
-        ``refills_across``: refills created before that reading and not ended by
-        then, whose pieces the reading may still count although they have left."""
+        ``may_have_left``: refills whose piece may have left the dock although the
+        record still counts it: created before its reading and not ended by then
+        (the reading counted a piece they took later), or failed or cancelled after
+        it (their piece was given back to the count, and may be in the gripper)."""
         return self._one(
             "SELECT d.pieces_waiting AS pieces, (SELECT count(*) FROM task t "
-            "  WHERE t.kind = 'DOCK_TO_BUFFER' AND d.observed_at IS NOT NULL AND t.created_at < d.observed_at "
-            "  AND (t.finished_at IS NULL OR t.finished_at > d.observed_at)) AS refills_across "
+            "  WHERE t.kind = 'DOCK_TO_BUFFER' AND d.observed_at IS NOT NULL AND ("
+            "    (t.created_at < d.observed_at AND (t.finished_at IS NULL OR t.finished_at > d.observed_at))"
+            "    OR (t.status IN ('FAILED', 'CANCELLED') AND t.finished_at > d.observed_at))) AS may_have_left "
             "FROM dock d WHERE d.id = 1")

@@ -106,7 +106,7 @@ def _cell_records(db) -> dict:
     """What the buffer and dock checks compare with the PLC beside the job rows."""
     dock = db.dock_record()
     return {"buffer_busy": db.buffer_slots_unsettled(),
-            "dock": None if dock is None else r.DockRecord(dock.pieces, dock.refills_across)}
+            "dock": None if dock is None else r.DockRecord(dock.pieces, dock.may_have_left)}
 
 
 def _ask(db, inc: r.Inconsistency, key: str, open_tasks: dict) -> int:
