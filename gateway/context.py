@@ -109,6 +109,7 @@ class GatewayContext:
                 self.hub = StreamHub(lambda after, limit: read_log(self.db, after, limit), limits,
                                      on_count=self.metrics.ws_clients.set,
                                      on_fanout=self.metrics.ws_fanout.observe,
+                                     on_overflow=self.metrics.ws_overflows.inc,
                                      authorised=self._authorised).start()
                 self._relay().add_listener(self.hub)
                 self.tokens.add_listener(self.hub.revoke)

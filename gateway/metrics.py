@@ -71,6 +71,7 @@ class GatewayMetrics:
     latency: Histogram
     ws_clients: Gauge
     ws_fanout: Histogram
+    ws_overflows: Counter
     line: LineCollector
 
 
@@ -202,6 +203,8 @@ def create() -> GatewayMetrics:
         ws_fanout=Histogram("linectl_websocket_fanout_seconds",
                             "from the relay's event to its frame handed to every open socket",
                             registry=own, buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, 1)),
+        ws_overflows=Counter("linectl_websocket_overflows", "streams told they fell too far behind and"
+                             " closed (1013), to resume with ?after=", registry=own),
         line=line,
     )
 

@@ -21,6 +21,7 @@ import collections
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
@@ -104,6 +105,7 @@ class StreamClient:
     watching_write: bool = False
     closed: bool = False
     credential: object = None  # the token's key (gateway.tokens.token_key), for revocation
+    on_overflow: Callable[[], None] = lambda: None  # told it fell too far behind (a metric)
 
     def enqueue(self, seq: int | None, data: bytes, bounded: bool = True) -> None:
         if self.closing:
@@ -125,6 +127,7 @@ class StreamClient:
         """Too far behind: drop what is not on the wire, tell it where to resume, close."""
         if self.closing:
             return
+        self.on_overflow()
         resume = self._drop_unsent()
         self.last = resume
         self.enqueue(None, encode({"type": "overflow", "resumeAfter": resume}))

@@ -44,7 +44,7 @@ class StreamHub:
     """Serves every websocket of one gateway process from one thread."""
 
     def __init__(self, read_log, limits: HubLimits = HubLimits(), *, on_count=None,
-                 on_fanout=None, authorised=None, log_threads: int = 4):
+                 on_fanout=None, on_overflow=None, authorised=None, log_threads: int = 4):
         self.limits = limits
         # credential -> still accepted? Asked on the hub thread when a stream is
         # adopted, so a token revoked between the handshake and the adoption is
@@ -52,6 +52,7 @@ class StreamHub:
         self.authorised = authorised or (lambda credential: True)
         self.on_count = on_count or (lambda n: None)  # open streams, after each change
         self.on_fanout = on_fanout or (lambda s: None)  # seconds from the relay to every socket
+        self.on_overflow = on_overflow or (lambda: None)  # a stream told it fell too far behind
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -173,7 +174,7 @@ class StreamHub:
         now = time.monotonic()
         client = StreamClient(sock=sock, conn=conn, last=after, sent_seq=after, progress_at=now,
                               inbound_budget=self.limits.inbound_burst, inbound_at=now,
-                              limits=self.limits, credential=credential)
+                              limits=self.limits, credential=credential, on_overflow=self.on_overflow)
         try:
             self._selector.register(sock, selectors.EVENT_READ, client)
         except (ValueError, OSError):

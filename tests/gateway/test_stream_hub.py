@@ -136,6 +136,8 @@ def test_a_resync_during_a_slow_read_reads_again(hub, log):
 
 
 def test_an_overflow_says_where_to_resume_and_everything_before_it_arrived(hub, log):
+    told = []
+    hub.on_overflow = lambda: told.append("overflow")  # what the gateway counts (a metric)
     client = Client(hub, after=0)
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     publish(hub, log.append(1))
@@ -147,6 +149,7 @@ def test_an_overflow_says_where_to_resume_and_everything_before_it_arrived(hub, 
         publish(hub, new)
     got = client.frames(until_close=True)
     assert got[-1]["type"] == "overflow" and client.closed_with == 1013
+    assert told == ["overflow"]
     resume = got[-1]["resumeAfter"]
     assert [f["seq"] for f in got[:-1]] == list(range(2, resume + 1))
 
