@@ -38,6 +38,9 @@ def answer_for(action: dict, task: dict | None, plc: dict) -> str:
         jobs = set((action.get("context") or {}).get("jobIds") or [])
         done = [s for s in machine.get("slots", []) if s.get("done") and s.get("jobId") in jobs]
         return "CYCLE_DONE" if done else "CONFIRM"
+    if action["kind"] == "RECOVERY_BUFFER_PIECE_MISSING":
+        slot = (action.get("context") or {}).get("tempSlotNo")
+        return "CONFIRM" if _buffer_occupied(plc, slot) else "PIECE_REMOVED"
     if action["kind"] != "RECOVERY_TASK_OUTCOME_UNKNOWN" or task is None:
         return "CONFIRM"
     params, kind = task.get("params") or {}, task["kind"]

@@ -10,8 +10,10 @@ and the order completes with exact counts.
 The hardware service is frozen (SIGSTOP) for the backup: the cell then does
 nothing the database does not know of (actions it had already accepted end in
 the cell unseen, which is what the start-up checks ask about). Without it the
-cell could move a piece after the backup's snapshot with no task on record,
-and nothing at start-up compares the buffer or the dock with the PLC.
+cell could move a piece after the backup's snapshot with no task on record:
+the start-up checks would ask about it on the buffer (or the dock short of
+it; tests/line_controller/test_recovery_buffer_and_dock.py), but this
+operator cannot take a piece off a slot by hand.
 """
 
 from __future__ import annotations
