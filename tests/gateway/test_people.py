@@ -19,6 +19,8 @@ from shared.db.engine import make_engine
 from tests.gateway.conftest import ADMIN
 from tests.gateway.test_token_rotation import close_code
 from tests.identity.conftest import FAST_ARGON2
+from tests.identity.slapd import PEOPLE as LDAP_PEOPLE
+from tests.identity.slapd import slapd  # noqa: F401 - the fixture
 
 PASSWORD = "correct horse battery"
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -102,9 +104,8 @@ def test_wrong_password_unknown_and_disabled_users_answer_alike(client, people):
 def test_unknown_user_costs_the_same_time_as_a_wrong_password(gateway_env, db_url):
     """Median of 50 each, interleaved; with hash work that dominates the request."""
     engine = make_engine(db_url, pool_size=1)
-    UserStore(engine, Passwords(2, 16384)).add("carol", "operator", PASSWORD, CONSOLE)
-    engine.dispose()
-    app = _app(gateway_env, LINECTL_ARGON2_TIME_COST="2", LINECTL_ARGON2_MEMORY_KIB="16384")
+    UserStore(engine, Passwords(2, 8192)).add("carol", "operator", PASSWORD, CONSOLE)
+    app = _app(gateway_env, LINECTL_ARGON2_TIME_COST="2", LINECTL_ARGON2_MEMORY_KIB="8192")
     client = app.test_client()
     times = {"known": [], "unknown": []}
     try:
@@ -117,6 +118,7 @@ def test_unknown_user_costs_the_same_time_as_a_wrong_password(gateway_env, db_ur
                 conn.execute(text("DELETE FROM people_sign_in_failure"))
     finally:
         app.extensions["linectl"].close()
+        engine.dispose()
     known, unknown = statistics.median(times["known"]), statistics.median(times["unknown"])
     assert abs(known - unknown) <= 0.2 * max(known, unknown), (known, unknown)
 
@@ -185,3 +187,19 @@ def test_a_disabled_users_websocket_closes_4401_within_a_second(gateway_server, 
         ws.close()
     assert requests.get(served.base + "/api/session", headers={"Cookie": cookie}, timeout=10).status_code == 401
     assert PASSWORD not in served.log_path.read_text()
+
+
+def test_an_ldap_user_signs_in_through_the_gateway_with_their_groups_role(gateway_env, slapd, people):  # noqa: F811
+    app = _app(gateway_env, **slapd.settings(starttls=True))
+    try:
+        client = app.test_client()
+        signed = sign_in(client, "ann", LDAP_PEOPLE["ann"])
+        assert signed.status_code == 200
+        assert signed.get_json()["user"] == {"name": "ann", "displayName": "Ann Example", "role": "operator",
+                                             "lines": []}
+        assert client.get("/api/me").get_json() == {"role": "operator", "name": "ann"}
+        outside = sign_in(client, "ben", LDAP_PEOPLE["ben"])
+        assert outside.status_code == 401 and outside.get_data() == sign_in(client, "nobody").get_data()
+        assert sign_in(client, "alice").status_code == 200  # local users first, LDAP or not
+    finally:
+        app.extensions["linectl"].close()

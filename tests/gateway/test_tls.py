@@ -5,42 +5,19 @@ stops start-up with one line naming the setting."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import subprocess
 import sys
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from gateway.__main__ import main as gateway_main
 from shared.config import SettingsError, check_bind, load_settings
 from tests.gateway.conftest import ADMIN
 from tests.gateway.test_people import PASSWORD, people  # noqa: F401 - the fixture
+from tests.identity.certs import self_signed
 from tests.identity.conftest import FAST_ARGON2
 from tests.support.waiting import wait_for
-
-
-def self_signed(tmp_path):
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "linectl test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return str(cert_path), str(key_path)
-
 
 # The suite's process runs under eventlet, whose green ssl recurses in urllib3's
 # TLS set-up: the HTTPS client runs in a plain interpreter of its own.
@@ -90,11 +67,12 @@ def test_https_and_wss_with_hsts_a_secure_cookie_and_the_client_address(gateway_
     assert seen["plain"] == "refused"  # no plain HTTP on the port
 
 
-def test_a_non_loopback_bind_without_tls_stops_start_up_naming_the_setting(gateway_env):
+def test_a_non_loopback_bind_without_tls_stops_start_up_naming_the_setting(gateway_env, monkeypatch, capsys):
     env = {**gateway_env, "LINECTL_HTTP_HOST": "0.0.0.0"}
-    run = subprocess.run([sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert gateway_main([]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "LINECTL_HTTP_HOST" in lines[0] and "LINECTL_ALLOW_PLAIN_HTTP" in lines[0]
     check_bind(load_settings({**env, "LINECTL_ALLOW_PLAIN_HTTP": "1"}))  # allowed when asked for
     check_bind(load_settings({**env, "LINECTL_HTTP_HOST": "127.0.0.1"}))
