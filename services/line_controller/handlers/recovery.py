@@ -223,6 +223,8 @@ def _repeat_if_safe(db, task, sensors) -> bool:
     """Close a task whose outcome is unknown and put its job back, so the scheduler
     sends the action again, when that is harmless (``consistency_checks.safe_to_repeat``:
     ``sensors``, the PLC's buffer sensors where read); False (nothing done) otherwise."""
+    if task.kind not in r.SAFE_TO_REPEAT:
+        return False
     params = task.params or {}
     job_ids = params.get("jobIds") or []
     job = db.job(job_ids[0]) if len(job_ids) == 1 else None
