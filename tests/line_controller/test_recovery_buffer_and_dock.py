@@ -147,3 +147,17 @@ def test_a_reading_taken_while_a_refill_was_under_way_is_no_disagreement(harness
             "buffer": [{"slotNo": n, "occupied": n == 1} for n in range(1, 9)], "dock": {"pieces": PALLET - 1}}
     assert harness.ok("PlcConnection", {"connected": True, "plcState": cell})["inconsistencies"] == 0
     assert harness.row("SELECT pieces_waiting FROM dock").pieces_waiting == PALLET - 1
+
+
+def test_a_slot_whose_piece_is_on_its_way_or_held_elsewhere_is_not_compared():
+    sensors = {"connected": True, "equipment": [],
+               "buffer": [{"slotNo": n, "occupied": n in (2, 4)} for n in range(1, 9)]}
+    jobs = [r.JobRow(1, "QUEUED", "ON_BUFFER", "1", 1),  # a scan on its way there: slot 1 busy
+            r.JobRow(2, "MOVING", "ON_ROBOT", None, 2),  # a refill not reported yet
+            r.JobRow(3, "PROCESSING", "ON_EQUIPMENT", "MC1:1", 3)]  # its slot waits for it, empty
+    slots = [r.SlotRow("MC1", 1, "OCCUPIED", 3)]
+    # slot 4: a finished piece's take-out (its job terminal) is under way
+    assert r.find_inconsistencies(jobs, slots, [], sensors, 8, equipment_running=[], buffer_busy={1, 4}) == []
+    found = r.find_inconsistencies(jobs, slots, [], sensors, 8, equipment_running=[])
+    assert sorted((i.kind, i.context.get("tempSlotNo") or i.context.get("bufferSlot")) for i in found) == [
+        (r.BUFFER_PIECE_MISSING, 1), (r.BUFFER_PIECE_UNKNOWN, 4)]
