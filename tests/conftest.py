@@ -64,7 +64,7 @@ def fast_teardown(request):
 
 @pytest.fixture(scope="session")
 def test_databases():
-    dbs = TestDatabases()
+    dbs = TestDatabases(ahead=True)
     yield dbs
     dbs.close()
 

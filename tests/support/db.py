@@ -1,6 +1,7 @@
 """Test databases: one PostgreSQL server per test session, one fresh database
-per test, cloned from a migrated template (``CREATE DATABASE … TEMPLATE``
-takes a few tens of milliseconds)."""
+per test, cloned from a migrated template. A clone takes 0.3 to 0.6 s (PostgreSQL
+15 copies the template block by block), so the suite's session makes the next
+test's clone while a test runs (``ahead``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import eventlet
 import psycopg2
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -94,9 +96,13 @@ class RowQueries:
 
 
 class TestDatabases:
-    """A server for the session plus a migrated template to clone from."""
+    """A server for the session plus a migrated template to clone from.
 
-    def __init__(self):
+    ``ahead``: each migrated clone handed out starts the next one in a green thread
+    (eventlet makes psycopg2 cooperative: it runs while the test waits on anything),
+    so a test's set-up seldom waits for one. Not for benchmarks: it runs beside them."""
+
+    def __init__(self, ahead: bool = False):
         external = os.environ.get("LINECTL_TEST_DATABASE_URL")
         self.embedded: EmbeddedPostgres | None = None
         self._tmp = None
@@ -109,16 +115,25 @@ class TestDatabases:
         self.prefix = f"lt{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.template = f"{self.prefix}_tpl"
         self.created: list[str] = []
+        self.ahead = ahead
+        self._next = None  # the green thread making the next migrated clone
         admin_execute(self.server_url, f'DROP DATABASE IF EXISTS "{self.template}"',
                       f'CREATE DATABASE "{self.template}"')
         upgrade(with_database(self.server_url, self.template))
         self.created.append(self.template)
 
     def fresh(self, migrated: bool = True) -> str:
+        if not migrated:
+            return self._clone("template0")
+        ready, self._next = self._next, None
+        if self.ahead:
+            self._next = eventlet.spawn(self._clone, self.template)
+        return ready.wait() if ready is not None else self._clone(self.template)
+
+    def _clone(self, template: str) -> str:
         name = f"{self.prefix}_{uuid.uuid4().hex[:10]}"
-        template = f'TEMPLATE "{self.template}"' if migrated else "TEMPLATE template0"
-        admin_execute(self.server_url, f'CREATE DATABASE "{name}" {template}')
-        self.created.append(name)
+        self.created.append(name)  # before it exists: close() drops it whatever happens
+        admin_execute(self.server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return with_database(self.server_url, name)
 
     def drop(self, url: str) -> None:
@@ -128,6 +143,11 @@ class TestDatabases:
             self.created.remove(name)
 
     def close(self) -> None:
+        if self._next is not None:
+            try:
+                self._next.wait()
+            except psycopg2.Error:
+                pass
         for name in list(self.created):
             try:
                 admin_execute(self.server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
