@@ -251,7 +251,9 @@ function showConn(state) {
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const after = lastSeq === null ? "" : `after=${lastSeq}&`;
-  socket = new WebSocket(`${proto}://${location.host}/ws?${after}token=${encodeURIComponent(token)}`);
+  // A session's stream is let in by its cookie; a token rides in the URL (no headers on a websocket).
+  const credential = token ? `token=${encodeURIComponent(token)}` : "";
+  socket = new WebSocket(`${proto}://${location.host}/ws?${after}${credential}`);
   socket.onopen = () => {
     showConn("on");
     scheduleRefresh();
@@ -262,8 +264,9 @@ function connect() {
     if (frame.type === "overflow") { lastSeq = frame.resumeAfter; return; }
     onFrame(frame);
   };
-  socket.onclose = () => {
+  socket.onclose = (ev) => {
     showConn("off");
+    if (ev.code === 4401 && !token) { sessionEnded(); return; }  // signed out, disabled, new password
     setTimeout(connect, 2000);  // resume from lastSeq
   };
 }
@@ -293,9 +296,53 @@ async function startLine() {
   await Promise.all([refresh(), refreshStats(), searchHistory()]);
 }
 
+// -- signing in -------------------------------------------------------------------------
+
+function closeStream() {
+  if (socket) { socket.onclose = null; socket.close(); socket = null; }
+}
+
+/** The sign-in form in place of the line; `ended` says plainly that a session ended. */
+function showSignIn(ended) {
+  closeStream();
+  csrfToken = "";
+  showSectionsFor(false, false);
+  stopAiRefresh();
+  clearInterval(statsPeriodTimer);
+  $("#who").textContent = "";
+  $("#sign-out").hidden = true;
+  $("#signin-ended").hidden = !ended;
+  $("#signin-lang").value = lang;
+  $("#signin-section").hidden = false;
+  $("#signin-user").focus();
+}
+
+/** A request or the stream found the session gone (sign-out elsewhere, limits, a disabled user). */
+function sessionEnded() {
+  if (!$("#signin-section").hidden) return;
+  say("");
+  showSignIn(true);
+}
+
+/** The signed-in session of this browser's cookie, or null. */
+async function currentSession() {
+  try {
+    const resp = await fetch("/api/session", { credentials: "same-origin" });
+    return resp.ok ? await resp.json() : null;
+  } catch (e) {
+    return null;
+  }
+}
+
 async function start() {
   say("");
-  if (!token) { say(t("token.ask"), "info"); return; }
+  if (!token) {
+    const session = await currentSession();
+    if (!session) { showSignIn(false); return; }
+    csrfToken = session.csrfToken;
+    $("#signin-section").hidden = true;
+    $("#sign-out").hidden = false;
+  }
   try {
     const me = await api("GET", "/api/me");
     role = me.role;
@@ -319,10 +366,42 @@ async function start() {
 
 $("#token-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  token = $("#token").value.trim();
+  token = $("#token").value.trim();  // empty: back to signing in
   localStorage.setItem("linectl.token", token);
-  if (socket) { socket.onclose = null; socket.close(); socket = null; }
+  closeStream();
   start();
+});
+
+$("#signin-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const body = { username: $("#signin-user").value.trim(), password: $("#signin-password").value };
+  let resp;
+  try {
+    resp = await fetch("/api/session", { method: "POST", credentials: "same-origin",
+                                         headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  } catch (e) {
+    say(refusalText("network", e.message));
+    return;
+  }
+  $("#signin-password").value = "";
+  if (!resp.ok) {
+    const err = ((await resp.json().catch(() => null)) || {}).error || { code: String(resp.status) };
+    say(refusalText(err.code, err.message));
+    return;
+  }
+  const chosen = $("#signin-lang").value;
+  if (chosen !== lang) { switchLanguage(chosen); return; }  // reloads; the cookie keeps the session
+  start();
+});
+
+$("#sign-out").addEventListener("click", async () => {
+  try {
+    await api("DELETE", "/api/session");
+  } catch (e) {
+    // already ended: the form shows either way
+  }
+  showSignIn(false);
+  say(t("signin.signedOut"), "info");
 });
 
 $("#create-order").addEventListener("submit", (ev) => {

@@ -31,10 +31,15 @@ function spoken(tag, attrs, { text, lang: language }) {
 }
 
 let token = localStorage.getItem("linectl.token") || "";
+// Without a token the page runs on the sign-in session (its HttpOnly cookie);
+// every state-changing request then echoes the session's CSRF token.
+let csrfToken = "";
+const SAFE_METHODS = ["GET", "HEAD"];
 
 /** The message line: `kind` "error" (the default: a refusal, a failure) shows
  *  in red, "info" (a confirmation, a hint) does not; "" clears it. */
 function say(text, kind = "error") {
+  if (text === undefined) return;  // nothing to say (a request that found the session gone)
   const line = $("#message");
   line.textContent = text || "";
   line.className = text ? kind : "";
@@ -51,12 +56,17 @@ class Refusal extends Error {
   }
 }
 
+/** A request refused because the sign-in session is gone: the form says it, nothing else does. */
+class SessionGone extends Refusal {}
+
 function refusalText(code, serverMessage) {
   return tFirst([`error.${code}`], { code, message: serverMessage || "" }) || t("error.other", { code });
 }
 
 async function api(method, path, body) {
-  const opts = { method, headers: { Authorization: `Bearer ${token}` } };
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (token) opts.headers.Authorization = `Bearer ${token}`;
+  else if (!SAFE_METHODS.includes(method)) opts.headers["X-CSRF-Token"] = csrfToken;
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
@@ -70,6 +80,10 @@ async function api(method, path, body) {
   const data = resp.status === 204 ? null : await resp.json().catch(() => null);
   if (!resp.ok) {
     const err = (data && data.error) || { code: String(resp.status), message: resp.statusText };
+    if (resp.status === 401 && !token) {
+      sessionEnded();  // app.js: back to the sign-in form, which says so
+      throw new SessionGone(err.code, err.message);
+    }
     throw new Refusal(err.code, err.message);
   }
   if (resp.status === 202) say(t("accepted", { commandId: data.commandId }), "info");
@@ -79,6 +93,7 @@ async function api(method, path, body) {
 /** What went wrong, for the message line: a refusal's catalog text; anything
  *  else is the page's own fault, said as such (the details go to the console). */
 function failure(e) {
+  if (e instanceof SessionGone) return undefined;
   if (e instanceof Refusal) return e.message;
   console.warn(e);
   return t("error.page");
