@@ -9,7 +9,8 @@ Deletes, in small batches (short transactions, no long locks):
   ``Idempotency-Key`` is remembered that long; QUEUED ones are never purged);
 * finished AI jobs (succeeded, failed, cancelled) older than ``ai_days``, with
   their results and transitions, and snapshots no job names any more;
-* ``audit_log`` rows older than ``audit_days``;
+* ``audit_log`` and ``people_audit`` rows older than ``audit_days``, and sign-in
+  sessions a day after they ended;
 * the transport's ``mq_dead_letter`` rows older than ``dead_letter_days``.
 
 Deleting old rows never conflicts with their writers (the loop and the AI
@@ -73,6 +74,15 @@ def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[s
             DELETE FROM audit_log WHERE id IN (
               SELECT id FROM audit_log WHERE at < now() - make_interval(days => :days)
               LIMIT :batch)""", {"days": policy.audit_days}),
+        "people_audit": _delete_batches(engine, """
+            DELETE FROM people_audit WHERE id IN (
+              SELECT id FROM people_audit WHERE at < now() - make_interval(days => :days)
+              LIMIT :batch)""", {"days": policy.audit_days}),
+        # Sessions that ended (or reached their absolute limit) a day ago serve nothing.
+        "people_session": _delete_batches(engine, """
+            DELETE FROM people_session WHERE id IN (
+              SELECT id FROM people_session WHERE coalesce(ended_at, expires_at) < now() - interval '1 day'
+              LIMIT :batch)""", {}),
         "mq_dead_letter": _delete_batches(engine, """
             DELETE FROM mq_dead_letter WHERE id IN (
               SELECT id FROM mq_dead_letter WHERE dead_at < now() - make_interval(days => :days)
