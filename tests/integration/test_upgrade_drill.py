@@ -212,12 +212,16 @@ def test_an_upgrade_from_the_previous_head_keeps_every_row_and_the_line_runs_on(
         sim.stop()
 
 
+LAST_BEFORE_AN_ALTERING_MIGRATION = "0006"
+
+
 def test_a_migration_waiting_on_a_lock_gives_up_after_the_lock_timeout(empty_db_url):
     """A long transaction of the running line (or a backup: pg_dump holds the same
-    locks) reads every table; the newest migration, altering one of them, fails
-    after its lock_timeout and changes nothing, instead of waiting, and queueing
-    every later query of that table behind its lock request."""
-    previous = previous_head()
+    locks) reads every table; a migration altering one of them (0007 adds columns
+    to ai_runtime_job; the newer ones only create tables of their own) fails after
+    its lock_timeout and changes nothing, instead of waiting, and queueing every
+    later query of that table behind its lock request."""
+    previous = LAST_BEFORE_AN_ALTERING_MIGRATION
     upgrade(empty_db_url, previous)
     holder = psycopg2.connect(empty_db_url)
     try:
