@@ -272,9 +272,10 @@ function connect() {
 }
 
 /** Shows the sections the role may use, hides the others. */
-function showSectionsFor(canLine, canAi) {
+function showSectionsFor(canLine, canAi, canAudit = false) {
+  const may = { line: canLine, ai: canAi, audit: canAudit };
   for (const section of document.querySelectorAll("section[data-needs]")) {
-    section.hidden = !(section.dataset.needs === "line" ? canLine : canAi);
+    section.hidden = !may[section.dataset.needs];
   }
   if (!canLine) closeJob();
 }
@@ -356,7 +357,7 @@ async function start() {
   document.body.dataset.role = role;
   const canLine = LINE_ROLES.includes(role);
   const canAi = AI_ROLES.includes(role);
-  showSectionsFor(canLine, canAi);
+  showSectionsFor(canLine, canAi, role === "admin");
   if (!canLine && !canAi) say(t("role.nothing", { role: tCode("role", role) }), "info");
   if (!canLine) showConn("none");
   if (canAi) startAiRefresh(); else stopAiRefresh();

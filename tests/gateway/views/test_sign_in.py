@@ -13,7 +13,7 @@ import requests
 from tests.gateway.cdp import CHROMIUM
 from tests.gateway.conftest import ADMIN
 from tests.gateway.test_people import CONSOLE, PASSWORD, people  # noqa: F401 - the fixture
-from tests.gateway.views.pages import catalog, message, page_errors, visible
+from tests.gateway.views.pages import catalog, message, open_page, page_errors, visible
 from tests.gateway.views.test_languages import axe_findings, axe_source  # noqa: F401 - the fixture
 from tests.identity.conftest import FAST_ARGON2
 from tests.support.waiting import wait_for
@@ -78,4 +78,17 @@ def test_an_operator_signs_in_runs_an_order_is_told_the_session_ended_and_signs_
              timeout=10, message="signed out")
     assert not visible(browser, "#signin-ended")
     assert browser.evaluate("fetch('/api/session').then(r => r.status)") == 401
+    assert page_errors(browser) == []
+
+    for language in ("zh-CN", "en"):  # the audit view, for an admin: each step under alice's name
+        open_page(browser, base, ADMIN, language)
+        browser.evaluate("document.getElementById('audit-details').open = true")
+        wait_for(lambda: browser.check("document.body.dataset.auditLoaded === 'true'"), timeout=10,
+                 message="the audit view")
+        rows = browser.evaluate("[...document.querySelectorAll('#audit tbody tr')]"
+                                ".filter(r => r.dataset.actor === 'alice').map(r => r.dataset.action)")
+        assert rows[0] == "SignOut" and {"SignIn", "CreateOrder"} <= set(rows), rows  # newest first
+        words = catalog(language)
+        assert words["auditAction.CreateOrder"] in browser.evaluate("document.getElementById('audit').textContent")
+        assert axe_findings(browser, axe_source, ["#audit-section"]) == []
     assert page_errors(browser) == []
