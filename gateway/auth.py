@@ -61,7 +61,8 @@ def current_session():
     return g.session
 
 
-def _same_origin() -> bool:
+def same_origin() -> bool:
+    """No Origin (not a browser's cross-site request), or this site's own."""
     origin = request.headers.get("Origin")
     return origin is None or urlsplit(origin).netloc == request.host
 
@@ -80,7 +81,7 @@ def _caller() -> tuple[str, str, bytes]:
     if request.method in STATE_CHANGING and not hmac.compare_digest(
             request.headers.get(CSRF_HEADER, "").encode(), session.csrf_token.encode()):
         raise ApiError(403, "CSRF_TOKEN_INVALID", f"{CSRF_HEADER} must be this session's csrfToken")
-    if request.path == "/ws" and not _same_origin():  # a cross-site page may not borrow the cookie
+    if request.path == "/ws" and not same_origin():  # a cross-site page may not borrow the cookie
         raise ApiError(403, "FORBIDDEN", "a websocket with the session cookie must come from this site")
     return session.person.role, session.person.name, session_credential(session.key)
 

@@ -16,7 +16,7 @@ from marshmallow import Schema, fields, validate
 
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import document_errors, reply
-from gateway.auth import SESSION_COOKIE, authenticate, current_session, require
+from gateway.auth import SESSION_COOKIE, authenticate, current_session, require, same_origin
 from gateway.context import gateway_context
 from gateway.errors import ApiError
 from services.identity.passwords import MAX_PASSWORD_LENGTH
@@ -62,9 +62,11 @@ def _secure() -> bool:
 @blp.route("/api/session", methods=["POST"])
 @blp.arguments(SignInSchema)
 @blp.response(200, SessionSchema)
-@document_errors(blp, 400, 401, 429)
+@document_errors(blp, 400, 401, 403, 429)
 def sign_in(body):
     """Sign in with a user name and a password (local users, then LDAP)."""
+    if not same_origin():  # another site may not sign this browser in (as someone else)
+        raise ApiError(403, "FORBIDDEN", "sign in from this site's own page")
     people = gateway_context().people
     try:
         secret, session = people.sign_in.attempt(body["username"], body["password"], request.remote_addr)

@@ -91,6 +91,14 @@ def test_a_session_fixed_before_sign_in_is_not_kept(client):
     assert client.get("/api/session").status_code == 401
 
 
+def test_another_site_cannot_sign_this_browser_in(client):
+    refused = client.post("/api/session", json={"username": "alice", "password": PASSWORD},
+                          headers={"Origin": "https://elsewhere.example"})
+    assert refused.status_code == 403 and "Set-Cookie" not in refused.headers
+    assert client.post("/api/session", json={"username": "alice", "password": PASSWORD},
+                       headers={"Origin": "http://localhost"}).status_code == 200  # the test client's own host
+
+
 def test_wrong_password_unknown_and_disabled_users_answer_alike(client, people):
     people.set_disabled("bob", True, CONSOLE)
     answers = [sign_in(client, "alice", "wrong password!"), sign_in(client, "nobody-here"),
