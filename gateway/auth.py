@@ -67,7 +67,16 @@ def same_origin() -> bool:
     return origin is None or urlsplit(origin).netloc == request.host
 
 
-def _caller() -> tuple[str, str, bytes]:
+def _check_lines(session, roles: tuple[str, ...]) -> None:
+    """A user limited to lines may use only those lines' views and stream. The
+    line-control views (and /ws) are the ones that ask for the operator role alone;
+    with one line per gateway, that is this line."""
+    lines = session.person.lines
+    if lines and roles == ("operator",) and gateway_context().line_layout().id not in lines:
+        raise ApiError(403, "FORBIDDEN", f"{session.person.name} is limited to the lines {', '.join(lines)}")
+
+
+def _caller(roles: tuple[str, ...]) -> tuple[str, str, bytes]:
     """(role, name, credential) of a bearer token, else of the session cookie."""
     token = _token_from_request()
     if token is not None or SESSION_COOKIE not in request.cookies:
@@ -83,6 +92,7 @@ def _caller() -> tuple[str, str, bytes]:
         raise ApiError(403, "CSRF_TOKEN_INVALID", f"{CSRF_HEADER} must be this session's csrfToken")
     if request.path == "/ws" and not same_origin():  # a cross-site page may not borrow the cookie
         raise ApiError(403, "FORBIDDEN", "a websocket with the session cookie must come from this site")
+    _check_lines(session, roles)
     return session.person.role, session.person.name, session_credential(session.key)
 
 
@@ -91,7 +101,7 @@ def authenticate(*roles: str) -> str:
     ``g.actor`` is the person signed in, else the token's holder (its name, else
     its role): what audit rows record. A self-asserted ``X-Actor`` rides along
     as a note, never as the actor."""
-    role, name, credential = _caller()
+    role, name, credential = _caller(roles)
     if role != "admin" and role not in roles:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role

@@ -93,7 +93,7 @@ def audit_command(response):
     ctx = gateway_context()
     target_type, target_id = _target(payload, response)
     entry = audit.AuditEntry(g.get("holder") or "unknown", g.get("role"), command_type, _outcome(response),
-                             target_type, target_id, payload.get("lineId") or ctx.line_layout().name,
+                             target_type, target_id, payload.get("lineId") or ctx.line_layout().id,
                              request.remote_addr)
     try:
         audit.record_now(ctx.people.engine, entry)

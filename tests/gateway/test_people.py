@@ -91,6 +91,19 @@ def test_a_session_fixed_before_sign_in_is_not_kept(client):
     assert client.get("/api/session").status_code == 401
 
 
+def test_a_user_limited_to_other_lines_gets_403_on_this_lines_paths_and_stream(client, people):
+    people.add("dan", "operator", PASSWORD, CONSOLE, lines=["cell-b"])
+    people.add("eve", "operator", PASSWORD, CONSOLE, lines=["demo-cell"])  # deploy/line.yaml's line id
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    assert sign_in(client, "dan").get_json()["user"]["lines"] == ["cell-b"]
+    assert client.get("/api/work-orders").get_json()["error"]["code"] == "FORBIDDEN"
+    assert client.get("/ws", headers=upgrade).status_code == 403
+    assert client.get("/api/me").status_code == 200  # who they are, still
+    sign_in(client, "eve")
+    assert client.get("/api/work-orders").status_code == 200
+
+
 def test_another_site_cannot_sign_this_browser_in(client):
     refused = client.post("/api/session", json={"username": "alice", "password": PASSWORD},
                           headers={"Origin": "https://elsewhere.example"})
@@ -169,7 +182,7 @@ def test_the_audit_names_the_person_their_role_and_source(client, writable, stan
     items = page["items"]
     assert [(i["action"], i["actor"], i["outcome"]) for i in items] == [
         ("SignOut", "alice", "DONE"), ("CreateOrder", "alice", "HANDLED"), ("SignIn", "alice", "DONE")]
-    assert items[1]["role"] == "operator" and items[1]["source"] == "127.0.0.1"
+    assert items[1]["role"] == "operator" and items[1]["source"] == "127.0.0.1" and items[1]["lineId"] == "demo-cell"
     assert items[1]["targetType"] == "work_order" and items[1]["targetId"] == str(order["id"])
     rest = client.get(f"/api/audit?cursor={page['nextCursor']}", headers=ADMIN_AUTH).get_json()["items"]
     assert [(i["action"], i["outcome"]) for i in rest][:1] == [("SignIn", "INVALID_CREDENTIALS")]
