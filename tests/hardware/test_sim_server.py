@@ -1,7 +1,9 @@
 """The simulator's servers as a PLC's servers behave, beyond the register map:
-how fast an OPC UA subscription may publish."""
+how fast an OPC UA subscription may publish, how fast a server stops."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -37,3 +39,13 @@ def test_an_opc_ua_publishing_interval_is_the_fastest_a_subscription_is_granted(
 def test_a_publishing_interval_must_be_positive(layout, sim_options):
     with pytest.raises(ValueError, match="publishing_interval"):
         OpcUaLineSimulator(layout, sim_options, publishing_interval=0)
+
+
+def test_an_opc_ua_simulator_stops_at_once(layout, sim_options):
+    """Every OPC UA test stops a simulator: asyncua's stop waited out its clock's
+    1 s sleep each time."""
+    sim = OpcUaLineSimulator(layout, sim_options, "127.0.0.1", free_port()).start()
+    began = time.monotonic()
+    sim.stop()
+    assert time.monotonic() - began < 0.5
+    assert not sim._thread.is_alive()

@@ -12,7 +12,8 @@ writes would, then answer at once with ``Accepted``.
 
 The lifecycle, the server-side injections (late answers, drops, restarts)
 and the model are the core's (services/hardware/sim/core.py); this is the OPC UA
-part: the tree, the tick, the methods, listening and closing connections.
+part: the tree, the tick, the methods, listening and closing connections
+(what asyncua has no setting for is services/hardware/sim/asyncua_server.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from pathlib import Path
 from asyncua import Server, ua
 from asyncua.common.callback import CallbackType
 from asyncua.common.utils import ServiceError
-from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.server.binary_server_asyncio import BinaryServer
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -34,24 +34,13 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from services.hardware import opcua_map as M
 from services.hardware import plc as P
 from services.hardware.opcua_certs import ensure_certificate
+from services.hardware.sim.asyncua_server import PasswordUsers, method_argument, publish_no_faster, stop_now
 from services.hardware.sim.core import SimulatorCore
 from services.hardware.sim.model import SimOptions
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 TICK = 0.005  # seconds between two looks at the model (its time advances only then)
-
-
-class _PasswordUsers:
-    """One user name and password (asyncua's UserManager protocol)."""
-
-    def __init__(self, user: str, password: str):
-        self.user, self.password = user, password
-
-    def get_user(self, iserver, username=None, password=None, certificate=None):
-        if username == self.user and password == self.password:
-            return User(role=UserRole.User, name=username)
-        return None
 
 
 class OpcUaLineSimulator(SimulatorCore):
@@ -125,13 +114,13 @@ class OpcUaLineSimulator(SimulatorCore):
             handler = {"Execute": self._execute, "Start": self._start, "Abort": self._abort}[m.name]
             await parents[m.device].add_method(self._node(m.key), ua.QualifiedName(m.name, idx),
                                                self._method(handler, m.device),
-                                               [_argument(n, t) for n, t in m.inputs],
-                                               [_argument(n, t) for n, t in m.outputs])
+                                               [method_argument(n, t) for n, t in m.inputs],
+                                               [method_argument(n, t) for n, t in m.outputs])
         for name, inputs in M.SIM_CONTROL_METHODS:
             await parents[M.SIM_CONTROL].add_method(
                 self._node(f"{M.SIM_CONTROL}.{name}"), ua.QualifiedName(name, idx),
                 self._method(getattr(self, f"_control_{name}"), M.SIM_CONTROL),
-                [_argument(n, t) for n, t in inputs], [])
+                [method_argument(n, t) for n, t in inputs], [])
 
     def _values(self) -> dict[str, object]:
         """Every variable's value from the model's registers."""
@@ -313,7 +302,7 @@ class OpcUaLineSimulator(SimulatorCore):
         server.set_endpoint(self.address)
         server.set_server_name("linectl line simulator")
         if self.publishing_interval is not None:
-            _publish_no_faster(server, self.publishing_interval)
+            publish_no_faster(server, self.publishing_interval)
         await server.set_application_uri("urn:linectl:sim")
         if self.security == "none":
             server.set_security_policy([ua.SecurityPolicyType.NoSecurity])
@@ -325,7 +314,7 @@ class OpcUaLineSimulator(SimulatorCore):
         await server.load_private_key(key, format="pem")
         server.set_security_policy([ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt])
         server.set_identity_tokens([ua.UserNameIdentityToken])
-        server.iserver.set_user_manager(_PasswordUsers(self.user, self.password))
+        server.iserver.set_user_manager(PasswordUsers(self.user, self.password))
         if self.trusted_clients is not None:
             server.set_certificate_validator(self._trust_list)
 
@@ -358,34 +347,10 @@ class OpcUaLineSimulator(SimulatorCore):
                 await self._publish()
                 await self._pause(TICK)
         finally:
-            await server.stop()
+            await stop_now(server)
 
 
 def _new_id(action_id: int) -> None:
     """ActionId 0 is a bad call (deploy/OPCUA_MAP.md, "Commands: the rules")."""
     if not action_id:
         raise ValueError("ActionId: 1..65535")
-
-
-def _publish_no_faster(server: Server, interval_ms: float) -> None:
-    """Revise every CreateSubscription's publishing interval up to ``interval_ms``
-    (asyncua grants the requested one and has no setting for a floor)."""
-    service = server.iserver.subscription_service
-    create = service.create_subscription
-
-    async def create_subscription(params, *args, **kwargs):
-        params.RequestedPublishingInterval = max(params.RequestedPublishingInterval, interval_ms)
-        return await create(params, *args, **kwargs)
-
-    service.create_subscription = create_subscription
-
-
-def _argument(name: str, type_name: str) -> ua.Argument:
-    arg = ua.Argument()
-    arg.Name = name
-    array = type_name.endswith("[]")
-    arg.DataType = ua.NodeId(getattr(ua.ObjectIds, type_name.removesuffix("[]")))
-    arg.ValueRank = 1 if array else -1
-    arg.ArrayDimensions = [0] if array else []
-    arg.Description = ua.LocalizedText(name)
-    return arg
