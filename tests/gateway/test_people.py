@@ -3,6 +3,7 @@ audit, and an ended session's websocket; each a hostile case from the issue."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 
@@ -224,3 +225,15 @@ def test_an_ldap_user_signs_in_through_the_gateway_with_their_groups_role(gatewa
         assert sign_in(client, "alice").status_code == 200  # local users first, LDAP or not
     finally:
         app.extensions["linectl"].close()
+
+
+def test_no_password_or_hash_reaches_a_log_line(client, people, caplog):
+    caplog.set_level(logging.DEBUG)
+    sign_in(client, "alice", "a wrong password here")
+    sign_in(client, "alice")
+    client.post("/api/session", json={"username": "alice", "password": 12345})  # refused: named, not echoed
+    people.set_password("alice", "a brand new password", CONSOLE)
+    people.add("frank", "operator", "franks secret password", CONSOLE)
+    logged = caplog.text + "".join(str(r.args) for r in caplog.records)
+    for secret in (PASSWORD, "a wrong password here", "a brand new password", "franks secret password", "$argon2"):
+        assert secret not in logged
