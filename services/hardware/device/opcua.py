@@ -236,7 +236,10 @@ class OpcUaPort(DevicePort):
         first session, waits for it as long as opening one may take (the service is
         starting): the connect's bound, two request timeouts, and one more for the
         reads that follow. A secured session's handshake on a busy host takes longer
-        than one request timeout without anything being wrong."""
+        than one request timeout without anything being wrong. A refused connection
+        does not end the wait: under ``linectl up`` the hardware service tries before
+        the OPC UA simulator listens (measured under load: 3.7 s against 5-7 s), and
+        ending the wait there would raise PLC_DISCONNECTED at nearly every start."""
         if not self._copy.ever_connected and not self._startup_waited:
             with eventlet.Timeout(self.timeout * (CONNECT_TIMEOUTS + 1), False):
                 self._first_session.wait()
