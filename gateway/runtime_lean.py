@@ -275,7 +275,7 @@ class RuntimeLeanPath:
         # As werkzeug reads it: WSGI's latin-1 string of the path's UTF-8 bytes.
         path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
         found = route(path)
-        if found is None:
+        if found is None or _signed_in_without_token(environ):
             return self.app(environ, start_response)
         op, rule, job_id = found
         t0 = time.perf_counter()
@@ -352,10 +352,16 @@ class RuntimeLeanPath:
         token = header[7:].strip() or None if header[:7].lower() == "bearer " else None
         holder = self.context.tokens.holder_for(token)
         if holder is None:
-            raise ApiError(401, "UNAUTHORIZED", "a valid bearer token is required",
+            raise ApiError(401, "UNAUTHORIZED", "a valid bearer token or a signed-in session is required",
                            {"WWW-Authenticate": 'Bearer realm="linectl"'})
         if holder.role not in ("runtime", "admin"):
             raise ApiError(403, "FORBIDDEN", "this needs the runtime role")
+
+
+def _signed_in_without_token(environ) -> bool:
+    """A sign-in session's cookie and no bearer token: ``gateway.auth`` decides
+    (the session, its CSRF token), so the request takes the full app's path."""
+    return "HTTP_AUTHORIZATION" not in environ and "linectl_session=" in environ.get("HTTP_COOKIE", "")
 
 
 _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",

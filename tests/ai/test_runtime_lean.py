@@ -89,16 +89,24 @@ def test_every_refusal_is_the_flask_views_refusal(gateway, api, lean):
 
 
 def test_who_may_call_is_the_same(gateway, api, lean):
-    client = gateway.test_client()
-    for auth in ({}, {"Authorization": "Bearer nope"}, OPERATOR, ADMIN):
-        answers = []
+    def answers(client, auth) -> list:
+        got = []
         for enabled in (True, False):
             lean.enabled = enabled
             r = client.post(POLL, json={"runtimeInstanceId": "r", "capabilities": ["quiz_generation"]},
                             headers=auth)
-            answers.append((r.status_code, r.get_json(), r.headers.get("WWW-Authenticate")))
+            got.append((r.status_code, r.get_json(), r.headers.get("WWW-Authenticate")))
         lean.enabled = True
-        assert answers[0] == answers[1], auth
+        return got
+
+    for auth in ({}, {"Authorization": "Bearer nope"}, OPERATOR, ADMIN):
+        fast, flask = answers(gateway.test_client(), auth)
+        assert fast == flask, auth
+    # A session cookie without a token is gateway.auth's to judge (here an ended session).
+    signed_in = gateway.test_client()
+    signed_in.set_cookie("linectl_session", "ended")
+    fast, flask = answers(signed_in, {})
+    assert fast == flask
 
 
 def test_a_whole_job_answers_the_same(gateway, api: Api, lean):
