@@ -25,7 +25,9 @@ import pytest  # noqa: E402
 from kombu.mixins import ConsumerMixin  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
 
+from shared.config import Settings  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
+from shared.layout import load_layout  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
 
 
@@ -60,6 +62,12 @@ def fast_teardown(request):
         if name in request.fixturenames:
             request.getfixturevalue(name)
     yield
+
+
+@pytest.fixture(scope="session")
+def layout():
+    """The line layout of the default settings (deploy/line.yaml here)."""
+    return load_layout(Settings().line_file)
 
 
 @pytest.fixture(scope="session")

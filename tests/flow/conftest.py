@@ -1,10 +1,13 @@
 """The whole stack for flow tests: the line simulator (Modbus, or OPC UA where a
 module parametrizes ``protocol``) in-process on a free port at high speed, the
 real hardware service pointed at it, and the real line_controller (scheduler
-wired) on the test's database and transport.
+wired) on the test's database and transport (tests/flow/stack.py: the Line and
+the Floor, which adds the gateway and the PLC's fault injection).
 Commands go through the real ``command`` RPC."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
@@ -15,9 +18,8 @@ from services.hardware.sim.opcua_server import OpcUaLineSimulator
 from services.hardware.sim.server import LineSimulator
 from services.line_controller.service import LineControllerService
 from shared import events as ev
-from shared.config import Settings
-from shared.layout import load_layout
-from tests.support.db import RowQueries
+from tests.flow import stack
+from tests.flow.stack import Line
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
@@ -41,70 +43,6 @@ def transport():
 def nameko_config(request, db_url, amqp_uri, transport):
     uri = request.getfixturevalue("rabbit_uri") if transport == "rabbitmq" else amqp_uri
     return {"AMQP_URI": uri, "serializer": "json", "LINECTL_DATABASE_URL": db_url, "max_workers": 20}
-
-
-@pytest.fixture(scope="session")
-def layout():
-    return load_layout(Settings().line_file)
-
-
-class Line(RowQueries):
-    """The running stack and what the tests ask of it."""
-
-    def __init__(self, engine, proxy, hardware):
-        self.engine = engine
-        self.proxy = proxy
-        self.hardware = hardware
-
-    def wait_idle(self, timeout=30.0):
-        """No hardware action open (the last finished piece is out of the cell)."""
-        wait_for(lambda: self.row("SELECT count(*) AS n FROM task WHERE status IN ('PENDING','RUNNING')").n == 0,
-                 timeout, interval=0.05, message="no open task")
-
-    def plc_buffer(self) -> list[bool]:
-        """What the PLC says lies on each buffer slot."""
-        return [s["occupied"] for s in self.hardware.plc_state()["buffer"]]
-
-    def command(self, type_, payload, actor="tester"):
-        reply = self.proxy.command(type_, payload, actor, wait_seconds=30)
-        assert reply["status"] in ("HANDLED", "REJECTED"), reply
-        return reply
-
-    def ok(self, type_, payload):
-        reply = self.command(type_, payload)
-        assert reply["status"] == "HANDLED", reply
-        return reply["result"]
-
-    def order(self, product, quantity, priority=5):
-        order = self.ok("CreateOrder", {"productId": product, "quantity": quantity, "priority": priority})
-        return self.ok("StartOrder", {"workOrderId": order["id"]})
-
-    def wait_finished(self, order_id, timeout=90.0):
-        def finished():
-            row = self.row("SELECT status FROM work_order WHERE id = :id", id=order_id)
-            return row.status if row.status in ("COMPLETED", "CANCELLED") else None
-        try:
-            return wait_for(finished, timeout, interval=0.1, message=f"work order {order_id} finished")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{self.describe()}") from None
-
-    def describe(self) -> str:
-        """The state, for a failure message."""
-        parts = ["jobs:"]
-        parts += [f"  {tuple(r)}" for r in self.rows(
-            "SELECT id, status, held_status, position_type, position_ref_id, temp_slot_no, step_index "
-            "FROM job WHERE status NOT IN ('COMPLETED','SCRAPPED','CANCELLED') ORDER BY id")]
-        parts.append("slots: " + ", ".join(f"{r.equipment_id}:{r.slot_no}={r.status}/{r.current_job_id}"
-                                           for r in self.rows("SELECT * FROM equipment_slot ORDER BY 1, 2")))
-        parts.append("equipment: " + ", ".join(f"{r.id}={r.status}" for r in self.rows("SELECT * FROM equipment")))
-        parts += [f"task {tuple(r)}" for r in self.rows(
-            "SELECT id, kind, status, job_id, equipment_id, slot_no, error_code FROM task "
-            "WHERE status <> 'SUCCEEDED' ORDER BY id")]
-        parts += [f"alarm {r.code}: {r.message}" for r in self.rows("SELECT * FROM alarm ORDER BY id")]
-        parts += [f"message {tuple(r)}" for r in self.rows(
-            "SELECT type, status, error_code, error_message FROM loop_message "
-            "WHERE status NOT IN ('HANDLED') ORDER BY created_at DESC LIMIT 10")]
-        return "\n".join(parts)
 
 
 @pytest.fixture
@@ -143,3 +81,11 @@ def line(container_factory, nameko_config, engine, layout, sim_options, protocol
         for container in containers:  # before the simulator goes away
             container.stop()
         simulator.stop()
+
+
+@pytest.fixture
+def floor_on(container_factory, nameko_config, engine, db_url):
+    """``floor_on(cell)``: the floor on a started cell, as a context manager
+    (tests.flow.stack.floor_on); a module's ``floor`` fixture picks the cell."""
+    return functools.partial(stack.floor_on, container_factory=container_factory, nameko_config=nameko_config,
+                             engine=engine, db_url=db_url)

@@ -10,54 +10,20 @@ tests/hardware/test_ack_window.py."""
 from __future__ import annotations
 
 import pytest
-from nameko.standalone.rpc import ServiceRpcProxy
 
-from gateway.app import create_app
-from gateway.rpc import RpcPool
 from services.hardware import plc as P
-from services.hardware.service import HardwareService
-from services.hardware.sim.model import SimOptions
-from services.hardware.sim.opcua_server import OpcUaLineSimulator
-from services.hardware.sim.server import LineSimulator
-from services.line_controller.service import LineControllerService
 from shared import events as ev
-from shared.config import load_settings
-from tests.flow.test_faults_on_the_floor import SPEED, TOKEN, Floor, SimulatorCell
+from tests.flow.stack import simulator_cell
 from tests.support.plc_restarts import after_machine_start, after_robot_command
-from tests.support.ports import free_port
-from tests.support.waiting import wait_for
 
 ALLOWED = {"RECOVERY_TASK_OUTCOME_UNKNOWN", "RECOVERY_MACHINE_IDLE_BUT_DB_RUNNING"}
 
 
 @pytest.fixture(params=["modbus", "opcua"])
-def floor(request, container_factory, nameko_config, engine, layout, db_url):
-    options = SimOptions(speed=SPEED, scrap_rate=0.0, seed=3, pallet_size=500, pallet_seconds=1.0)
-    port = free_port()
-    if request.param == "opcua":
-        server = OpcUaLineSimulator(layout, options, "127.0.0.1", port, publishing_interval=60)
-    else:
-        server = LineSimulator(layout, options, "127.0.0.1", port)
-    cell = SimulatorCell(layout, server.start())
-    config = {**nameko_config, "LINECTL_PLC_ADDRESS": cell.address,
-              "LINECTL_HW_ACTION_TIMEOUT": 20.0, "LINECTL_HW_MODBUS_TIMEOUT": 2.0,
-              "LINECTL_HW_RECONNECT_GRACE": 1.0, "LINECTL_STEP_TIMEOUT": 60.0}
-    containers = [container_factory(HardwareService, config), container_factory(LineControllerService, config)]
-    for container in containers:
-        container.start()
-    settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": f"operator:{TOKEN}",
-                              "LINECTL_COMMAND_WAIT_SECONDS": "10"})
-    pool = RpcPool(config, size=4, timeout=30)
-    try:
-        with ServiceRpcProxy(ev.HARDWARE, config, timeout=30) as hw, \
-                ServiceRpcProxy(ev.LINE_CONTROLLER, config, timeout=60) as proxy:
-            wait_for(lambda: hw.plc_state()["connected"], 30, interval=0.05, message="the PLC")
-            yield Floor(engine, proxy, hw, create_app(settings, rpc_pool=pool).test_client(), cell)
-    finally:
-        pool.close()
-        for container in containers:
-            container.stop()
-        cell.stop()
+def floor(request, floor_on, layout):
+    slow = {"publishing_interval": 60} if request.param == "opcua" else {}
+    with floor_on(simulator_cell(request.param, layout, **slow)) as floor:
+        yield floor
 
 
 def test_a_restart_right_after_an_accepted_move_and_start_asks_and_never_resends(floor):
