@@ -197,8 +197,9 @@ class Floor(Line):
         def running():
             jobs = self.rows("SELECT j.id FROM job j JOIN equipment_slot s ON s.current_job_id = j.id "
                              "WHERE s.equipment_id = :e AND j.status = 'PROCESSING'", e=equipment_id)
-            plc = next(m for m in self.hardware.plc_state()["equipment"] if m["id"] == equipment_id)
-            return len(jobs) >= count and plc["running"] and [j.id for j in jobs]
+            # a look that found the PLC away (a read timed out on a loaded host) lists no machines: not yet
+            plc = next((m for m in self.hardware.plc_state()["equipment"] if m["id"] == equipment_id), None)
+            return len(jobs) >= count and plc is not None and plc["running"] and [j.id for j in jobs]
         return self._wait(running, 60, f"{count} piece(s) in a cycle on {equipment_id}")
 
     def finished_exactly(self, order_id, quantity, timeout=120.0, recovery=False):
