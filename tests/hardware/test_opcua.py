@@ -124,7 +124,9 @@ def test_a_session_lost_mid_cycle_comes_back_by_itself_and_nothing_is_lost(layou
         sessions = port.sessions
         asyncio.run_coroutine_threadsafe(sim._drop(0.6), sim._loop).result(5)
         sim.clear()  # the hung cycle ends now, while the server is away
-        deadline = time.monotonic() + 15
+        # a reconnect attempt made while the server comes back may wait out one request
+        # timeout (15 s) before the next one gets the session: wait longer than that
+        deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not any(t == ev.MACHINE_DONE for t, _ in signals):
             signals += watcher.watch(0.5)
         connection = [p["connected"] for t, p in signals if t == ev.PLC_CONNECTION]
