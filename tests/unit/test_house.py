@@ -16,9 +16,6 @@ AREAS = ("services", "shared", "gateway")
 MODULE_LINES = 400  # a module has fewer
 FUNCTION_LINES = 60  # a function has fewer
 
-# Until every split of issue 37 has landed; the lead removes this.
-pending_splits = pytest.mark.xfail(strict=False, reason="issue 37: other modules' splits are still under way")
-
 
 def modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the areas."""
@@ -103,21 +100,18 @@ def parsed():
     return {name: (path, ast.parse(path.read_text(), str(path))) for name, path in modules().items()}
 
 
-@pending_splits
 def test_every_module_is_under_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in modules().values()
             if (n := len(p.read_text().splitlines())) >= MODULE_LINES}
     assert long == {}
 
 
-@pending_splits
 def test_every_function_is_under_60_lines(parsed):
     long = [f"{path.relative_to(ROOT)}:{line} {fn} ({n})" for path, tree in parsed.values()
             for fn, line, n in function_lengths(tree) if n >= FUNCTION_LINES]
     assert long == []
 
 
-@pending_splits
 def test_no_project_module_imports_itself_back(parsed):
     graph = {name: imported(name, path, tree, parsed) for name, (path, tree) in parsed.items()}
     assert cycles(graph) == []

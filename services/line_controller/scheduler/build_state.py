@@ -100,6 +100,24 @@ def _in_question(conn) -> dict[str, frozenset]:
                                            if kind == BUFFER_PIECE_UNKNOWN and slot is not None)}
 
 
+def _equipment(conn) -> tuple[state.EquipmentView, ...]:
+    """Every machine with its slots, from one SELECT."""
+    kinds: dict[str, tuple] = {}
+    slots: dict[str, list[state.SlotView]] = {}
+    for eq_id, kind, batch, status, slot_no, slot_status, job_id, occupied_at in conn.execute(
+        _EQUIPMENT_SLOTS
+    ):
+        kinds[eq_id] = (kind, batch, status)
+        eq_slots = slots.setdefault(eq_id, [])
+        if slot_no is not None:
+            eq_slots.append(state.SlotView(equipment_id=eq_id, slot_no=slot_no, status=slot_status,
+                                     current_job_id=job_id, occupied_at=occupied_at))
+    return tuple(
+        state.EquipmentView(id=eq_id, kind=kind, batch=batch, status=status, slots=tuple(slots[eq_id]))
+        for eq_id, (kind, batch, status) in kinds.items()
+    )
+
+
 def build_system_state(session: Session, layout: Layout, now: datetime) -> state.SystemState:
     """Read one snapshot from the DB. Reads only; eight SELECTs, no writes.
 
@@ -130,20 +148,7 @@ def build_system_state(session: Session, layout: Layout, now: datetime) -> state
         for jid, oid, seq_no, status, pos, ref, temp, step, created_at in job_rows
     )
 
-    kinds: dict[str, tuple] = {}
-    slots: dict[str, list[state.SlotView]] = {}
-    for eq_id, kind, batch, status, slot_no, slot_status, job_id, occupied_at in conn.execute(
-        _EQUIPMENT_SLOTS
-    ):
-        kinds[eq_id] = (kind, batch, status)
-        eq_slots = slots.setdefault(eq_id, [])
-        if slot_no is not None:
-            eq_slots.append(state.SlotView(equipment_id=eq_id, slot_no=slot_no, status=slot_status,
-                                     current_job_id=job_id, occupied_at=occupied_at))
-    equipment = tuple(
-        state.EquipmentView(id=eq_id, kind=kind, batch=batch, status=status, slots=tuple(slots[eq_id]))
-        for eq_id, (kind, batch, status) in kinds.items()
-    )
+    equipment = _equipment(conn)
 
     open_tasks = tuple(
         state.TaskView(id=tid, kind=kind, status=status, job_id=job_id, equipment_id=eq_id, slot_no=slot_no)
