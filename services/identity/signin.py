@@ -41,15 +41,19 @@ class SignIn:
         """The cookie's secret and the new session; raises InvalidCredentials or TooManyAttempts."""
         name = user_name[:MAX_USER_NAME]
         with self.engine.begin() as conn:
+            # Counted as a failure before the check, under a lock per name: attempts
+            # made at once (any worker) each see the ones before; a success clears them.
+            self.throttle.lock(conn, name)
             retry_after = self.throttle.retry_after(conn, name)
             if retry_after is not None:
                 self._audit(conn, name, None, "SignIn", "THROTTLED", source)
+            else:
+                self.throttle.failed(conn, name)
         if retry_after is not None:
             raise TooManyAttempts(retry_after)
         person = self._check(name, password[:MAX_PASSWORD_LENGTH + 1])
         with self.engine.begin() as conn:
             if person is None:
-                self.throttle.failed(conn, name)
                 self.throttle.forget_old(conn)
                 self._audit(conn, name, None, "SignIn", "INVALID_CREDENTIALS", source)
             else:

@@ -1,7 +1,9 @@
 """Failed sign-ins per user name, counted in PostgreSQL so that every gateway
 worker (and every gateway) counts alike: after ``limit`` failures within
 ``window`` the name is refused, even with the right password, until the
-oldest of them leaves the window. A success clears the name's count."""
+oldest of them leaves the window. An attempt counts as a failure from its
+start (so attempts made at once cannot all slip under the limit); a success
+clears the name's count."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ class Throttle:
         if count < self.limit:
             return None
         return max(1, math.ceil((oldest + self.window - now).total_seconds()))
+
+    @staticmethod
+    def lock(conn, user_name: str) -> None:
+        """Attempts for one name, one at a time until the caller's transaction ends."""
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(user_name))))
 
     @staticmethod
     def failed(conn, user_name: str) -> None:

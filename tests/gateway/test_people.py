@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -237,3 +238,14 @@ def test_no_password_or_hash_reaches_a_log_line(client, people, caplog):
     logged = caplog.text + "".join(str(r.args) for r in caplog.records)
     for secret in (PASSWORD, "a wrong password here", "a brand new password", "franks secret password", "$argon2"):
         assert secret not in logged
+
+
+def test_attempts_made_at_once_on_two_workers_cannot_slip_under_the_limit(gateway_server):
+    """Ten wrong passwords at once, over two workers, with hash work that takes a while:
+    five are checked, the other five refused."""
+    served = gateway_server(workers=2, LINECTL_ARGON2_TIME_COST="2", LINECTL_ARGON2_MEMORY_KIB="16384")
+    body = {"username": "nobody-here", "password": "wrong but long enough"}  # the dummy hash: slow
+    with ThreadPoolExecutor(10) as pool:
+        codes = list(pool.map(lambda _: requests.post(served.base + "/api/session", json=body, timeout=30).status_code,
+                              range(10)))
+    assert sorted(codes) == [401] * 5 + [429] * 5
