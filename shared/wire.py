@@ -61,7 +61,7 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
     return re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), name)
 
 
@@ -69,7 +69,7 @@ def camel_facts(facts):
     """An alarm's or manual action's facts as the API shows them: keys in
     camelCase (``job_id`` → ``jobId``), inside lists and objects too."""
     if isinstance(facts, dict):
-        return {_camel(str(k)): camel_facts(v) for k, v in facts.items()}
+        return {camel(str(k)): camel_facts(v) for k, v in facts.items()}
     if isinstance(facts, (list, tuple)):
         return [camel_facts(v) for v in facts]
     return facts

@@ -10,7 +10,6 @@ from services.identity.sessions import SessionStore
 from services.identity.signin import SignIn
 from services.identity.users import Actor, UserStore
 from shared.config import load_settings
-from shared.db.engine import make_engine
 
 FAST_ARGON2 = {"LINECTL_ARGON2_TIME_COST": "1", "LINECTL_ARGON2_MEMORY_KIB": "1024"}
 PASSWORD = "correct horse battery"
@@ -20,13 +19,6 @@ CONSOLE = Actor("test", "admin", "console")
 @pytest.fixture
 def people_settings(db_url, tmp_path):
     return load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_DATA_DIR": str(tmp_path), **FAST_ARGON2})
-
-
-@pytest.fixture
-def engine(db_url):
-    engine = make_engine(db_url, pool_size=2)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

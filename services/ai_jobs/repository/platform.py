@@ -223,6 +223,12 @@ def revoke_user(session, timings: QueueTimings, user_id: str) -> dict:
             "credentialsRevoked": sorted(revoked)}
 
 
+# What a rerun takes from the failed job: the request that created it.
+_RERUN_COPIES = ("user_id", "job_type", "target_type", "target_id", "snapshot_id", "params", "priority",
+                 "api_key_mode", "credential_id", "model_provider", "model_name", "prompt_version",
+                 "output_schema_version", "max_retry_count", "timeout_seconds")
+
+
 def rerun_job(session, timings: QueueTimings, job_id: str) -> tuple[dict, bool]:
     """A failed job → a new pending job with ``retriedFromJobId``; (job, created).
     A failed job is rerun once: asking again (a double click, a retried request)
@@ -241,14 +247,6 @@ def rerun_job(session, timings: QueueTimings, job_id: str) -> tuple[dict, bool]:
                                {"id": job.credential_id}).first()
         if cred is None or cred.revoked_at is not None:
             raise AiJobError("INVALID_TRANSITION", "the job's credential has been revoked")
-    req = {
-        "userId": job.user_id, "jobType": job.job_type, "targetType": job.target_type,
-        "targetId": job.target_id, "snapshotId": job.snapshot_id, "params": job.params,
-        "priority": job.priority, "apiKeyMode": job.api_key_mode, "credentialId": job.credential_id,
-        "modelProvider": job.model_provider, "modelName": job.model_name,
-        "promptVersion": job.prompt_version, "outputSchemaVersion": job.output_schema_version,
-        "maxRetryCount": job.max_retry_count, "timeoutSeconds": job.timeout_seconds,
-        "retriedFromJobId": job.id,
-    }
+    req = {**{wire.camel(f): getattr(job, f) for f in _RERUN_COPIES}, "retriedFromJobId": job.id}
     new_job, _ = create_job(session, timings, req)
     return new_job, True
