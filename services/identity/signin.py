@@ -13,17 +13,23 @@ from services.identity.passwords import MAX_PASSWORD_LENGTH, Passwords
 from services.identity.sessions import Person, Session, SessionStore
 from services.identity.throttle import Throttle
 from services.identity.users import UserStore
+from shared.errors import CodedError
 
 MAX_USER_NAME = 200
 
 
-class InvalidCredentials(Exception):
+class InvalidCredentials(CodedError):
     """Wrong user name or password, or a disabled user (which one is not said)."""
 
+    def __init__(self):
+        super().__init__("INVALID_CREDENTIALS", "wrong user name or password")
 
-class TooManyAttempts(Exception):
+
+class TooManyAttempts(CodedError):
+    """Too many failed sign-ins for this user name: none is tried for ``retry_after`` s."""
+
     def __init__(self, retry_after: int):
-        super().__init__(f"too many failed sign-ins; retry after {retry_after} s")
+        super().__init__("TOO_MANY_ATTEMPTS", f"too many failed sign-ins; retry after {retry_after} s")
         self.retry_after = retry_after
 
 
