@@ -25,6 +25,9 @@ RESULT = "result"
 
 @dataclass(frozen=True)
 class EventLoopMessage:
+    """One entry of the loop's inbox as it travels: ``type`` names the message class
+    (MESSAGE_TYPES), ``payload`` is its wire form, ``actor`` who asked (commands)."""
+
     id: str
     type: str
     payload: dict
