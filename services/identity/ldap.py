@@ -9,9 +9,11 @@ a password."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import ssl
 
+import ldap3.core.tls
 from ldap3 import BASE, NONE, SUBTREE, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
@@ -20,6 +22,26 @@ from services.identity.sessions import Person
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 5
+
+_match_name = ldap3.core.tls.match_hostname
+
+
+def _match_hostname(certificate: dict, host: str) -> None:
+    """ldap3 checks the server's name itself. Python 3.12 removed ssl.match_hostname,
+    and ldap3's stand-in knows no IP Address entry, so a directory reached by its
+    address (``ldaps://10.0.0.5``) would always fail its check there. An address is
+    matched against the certificate's IP Address entries, a name as ldap3 does."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return _match_name(certificate, host)
+    for kind, value in certificate.get("subjectAltName", ()):
+        if kind == "IP Address" and ipaddress.ip_address(value.strip()) == address:
+            return None
+    raise ldap3.core.tls.CertificateError(f"the certificate does not name {host}")  # the class ldap3 catches
+
+
+ldap3.core.tls.match_hostname = _match_hostname
 
 
 class Directory:
@@ -51,7 +73,10 @@ class Directory:
                 return conn
         except LDAPException as exc:
             log.warning("LDAP: %s at %s", type(exc).__name__, self.server.host)
-        conn.unbind()
+        try:
+            conn.unbind()
+        except LDAPException:  # a connection that failed half-way may have no socket left to say goodbye on
+            pass
         return None
 
     def authenticate(self, user_name: str, password: str) -> Person | None:

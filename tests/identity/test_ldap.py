@@ -4,7 +4,10 @@ groups, and no filter injection."""
 
 from __future__ import annotations
 
-from services.identity.ldap import Directory
+import ldap3.core.tls
+import pytest
+
+from services.identity.ldap import Directory, _match_hostname
 from shared.config import load_settings
 from tests.identity.slapd import PEOPLE, slapd  # noqa: F401 - the fixture
 
@@ -31,3 +34,14 @@ def test_a_filter_injection_in_the_user_name_finds_nobody(slapd):  # noqa: F811
     # A wildcard would find exactly ann, and her password would then bind: escaped, it is a name.
     assert ldap.authenticate("a*", PEOPLE["ann"]) is None
     assert ldap.authenticate("ann", "") is None  # an empty password is an anonymous bind, not a sign-in
+
+
+def test_a_directory_reached_by_its_address_is_checked_against_the_certificates_addresses():
+    """Python 3.12+ has no ssl.match_hostname and ldap3's stand-in knows no IP Address
+    entry: an ldaps:// or StartTLS directory named by its address failed there."""
+    certificate = {"subjectAltName": (("IP Address", "127.0.0.1"), ("DNS", "ldap.example.org"))}
+    assert _match_hostname(certificate, "127.0.0.1") is None
+    assert _match_hostname(certificate, "ldap.example.org") is None
+    for other in ("127.0.0.2", "other.example.org"):
+        with pytest.raises(ldap3.core.tls.CertificateError):
+            _match_hostname(certificate, other)
