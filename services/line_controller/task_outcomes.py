@@ -5,6 +5,8 @@ action the hardware never executed is put back as if it had not been asked.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from shared import events as ev
 from shared.db.models import JOB_HELD
 
@@ -75,6 +77,19 @@ def _unloaded(db: DBState, job) -> list[HardwareRequest]:
     return advance_after_step(db, job)
 
 
+def _found_empty_at(task, finished_at: str | None):
+    """When the robot found the dock empty, as a reading of the dock: no later than
+    the task started. A pallet the watcher saw arrive after that may have come
+    after the robot looked (the PLC brings one once the dock is empty), so its
+    count stands; the two clocks (hardware, database) only decide within that
+    window, and an error there leaves the count high, never low."""
+    started = getattr(task, "started_at", None)
+    if started is None or finished_at is None:
+        return started or finished_at
+    finished = datetime.fromisoformat(finished_at) if isinstance(finished_at, str) else finished_at
+    return min(started, finished if finished.tzinfo else finished.replace(tzinfo=UTC))
+
+
 def put_back_not_executed(db: DBState, task, *, counted: bool = True) -> list[HardwareRequest]:
     """The hardware answered NOT_EXECUTED (a clean stop came before the action
     reached the PLC): nothing moved, so every job goes back to where and what it
@@ -126,7 +141,7 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
     if task.kind == ev.DOCK_TO_BUFFER and error_code == "SOURCE_EMPTY":
         # The dock ran out (the PLC says so, and nothing moved): not a fault. The
         # piece goes back to waiting at the dock for the next pallet.
-        db.observe_dock(0, finished_at)
+        db.observe_dock(0, _found_empty_at(task, finished_at))
         _put_jobs_back(db, params, piece_at_dock=False)  # it had no piece to give back
         db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
         return []

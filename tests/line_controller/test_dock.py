@@ -1,6 +1,8 @@
 """The dock's piece count: refills never send the robot to an empty dock, and
 a dock that runs empty anyway is no fault."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from services.line_controller.scheduler import default_scheduler
@@ -55,6 +57,22 @@ def test_an_older_reading_never_overrides_a_newer_one(harness):
                  correlation_id=str(req.task_id))
     assert dock(harness) == 4
     assert harness.job(j).status == "PENDING"  # the piece itself still waits at the dock
+
+
+def test_a_pallet_seen_after_the_refill_started_outlives_its_late_source_empty(harness):
+    """The robot looks, finds the dock empty, and the PLC brings a pallet at once;
+    the watcher's reading of it can be stamped before the action's result is. The
+    pallet stands: it may have come after the robot looked, and a count of 0 would
+    wait for a pallet the PLC has no reason to bring (a stall, issue 41)."""
+    _, (j,) = harness.started_order(quantity=1)
+    req = harness.act(Refill(j, 1))
+    seen = datetime.now(UTC)
+    harness.ok("PalletArrived", {"count": 4, "observedAt": seen.isoformat()})
+    harness.send("RobotActionFailed", {"correlationId": str(req.task_id), "errorCode": "SOURCE_EMPTY",
+                                       "finishedAt": (seen + timedelta(milliseconds=5)).isoformat()},
+                 correlation_id=str(req.task_id))
+    assert dock(harness) == 4
+    assert harness.job(j).status == "PENDING"
 
 
 def test_an_empty_dock_sends_the_piece_back_to_wait_without_an_alarm(harness):
