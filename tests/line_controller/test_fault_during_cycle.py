@@ -5,7 +5,7 @@ Also: the PLC's connection and the robot's fault as the loop sees them."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from services.line_controller import consistency_checks as r
 from tests.line_controller.scripted import StartMachine, Unload
@@ -267,8 +267,14 @@ def test_a_picture_of_the_plc_read_before_a_start_says_nothing_of_that_machine(h
     harness.ok("PlcConnection", {"connected": True, "plcState": {**idle, "observedAt": before_the_start}})
     assert harness.manual_actions() == []
     assert harness.job(job).status == "PROCESSING"
-    harness.ok("PlcConnection", {"connected": True,
-                                 "plcState": {**idle, "observedAt": datetime.now(UTC).isoformat()}})
+    # read a moment after the start was committed, before the send reached the PLC
+    # (commit, send and the hardware's queue take that long on a loaded machine)
+    harness.ok("PlcConnection", {"connected": True, "plcState": {
+        **idle, "observedAt": (datetime.now(UTC) + timedelta(seconds=0.3)).isoformat()}})
+    assert harness.manual_actions() == []
+    # read well after the start had reached the PLC: a finding
+    harness.ok("PlcConnection", {"connected": True, "plcState": {
+        **idle, "observedAt": (datetime.now(UTC) + timedelta(seconds=2)).isoformat()}})
     (question,) = harness.manual_actions(r.MACHINE_IDLE_BUT_DB_RUNNING)
     assert question.equipment_id == "MC1" and harness.job(job).status == "SUSPENDED"
 

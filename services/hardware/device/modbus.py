@@ -99,6 +99,7 @@ class ModbusPort(DevicePort):
 def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:
     """The PLC's state per machine and slot, robot, dock and buffer, from its registers."""
     m = layout.plc
+    began = datetime.now(UTC)  # the picture is as old as its first register
     fault, ack, state, done_id, error = link.read(m.robot_base + P.R_FAULT, 5)
     pieces, arrival_seq = link.read(m.dock_base, 2)
     buffer = link.read(m.buffer_base, layout.buffer_slots)
@@ -112,11 +113,12 @@ def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:
                           "result": s[P.S_RESULT], "jobId": P.join_u32(s[P.S_JOB_ID], s[P.S_JOB_ID + 1])})
         machines.append((regs.equipment_id, block[P.M_RUNNING], block[P.M_FAULT], slots))
     return state_picture(layout, RobotStatus(fault, ack, state, done_id, error), pieces, arrival_seq,
-                         buffer, machines)
+                         buffer, machines, observed_at=began)
 
 
 def state_picture(layout: Layout, robot: RobotStatus, pieces: int, arrivals: int, buffer: list[int],
-                  machines: list[tuple[str, int, int, list[dict]]]) -> dict[str, Any]:
+                  machines: list[tuple[str, int, int, list[dict]]],
+                  observed_at: datetime | None = None) -> dict[str, Any]:
     """The ``plc_state()`` shape from raw values (both drivers build it here, so
     it cannot differ between protocols). ``machines``: (id, running, fault,
     slots) with each slot's raw occupied/running/done/result (plc.RESULT_*)/jobId."""
@@ -134,9 +136,10 @@ def state_picture(layout: Layout, robot: RobotStatus, pieces: int, arrivals: int
     state = robot.state
     return {
         "connected": True,
-        # When the state was read (this process's clock): the line_controller
-        # keeps the newest of several observations of the dock.
-        "observedAt": datetime.now(UTC).isoformat(),
+        # When the state was read (this process's clock; a read of several
+        # requests: when it began): the line_controller keeps the newest of several
+        # observations of the dock, and leaves out of a check what it sent after.
+        "observedAt": (observed_at or datetime.now(UTC)).isoformat(),
         "robot": {"state": ("IDLE", "BUSY", "DONE", "ERROR")[state] if state < 4 else str(state),
                   "ackId": robot.ack_id, "doneId": robot.done_id, "errorCode": robot.error_code or None,
                   "fault": robot.fault or None},

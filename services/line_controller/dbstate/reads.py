@@ -99,8 +99,11 @@ class Reads(StateBase):
         started at or after ``moment`` was sent to: what a picture of the PLC taken
         at ``moment`` cannot show yet."""
         places: set[str | None] = set()
-        for row in self._all("SELECT DISTINCT kind, equipment_id FROM task"
-                             " WHERE created_at >= :m OR started_at >= :m", m=moment):
+        # A task's times are its transaction's; it reaches the PLC after the commit,
+        # the send and the hardware's own queue: a second's grace covers that path.
+        for row in self._all("SELECT DISTINCT kind, equipment_id FROM task WHERE created_at >= :m"
+                             " - interval '1 second' OR started_at >= :m - interval '1 second'",
+                             m=moment):
             places.add(row.equipment_id)
             if row.kind not in ("START_MACHINE", "ABORT_CYCLE"):  # the robot's: buffer or dock too
                 places.add(None)
