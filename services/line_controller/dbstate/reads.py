@@ -94,16 +94,16 @@ class Reads(StateBase):
     def overdue_tasks(self):
         return self._all("SELECT * FROM task WHERE status = 'RUNNING' AND deadline_at < now()")
 
-    def places_sent_work_since(self, moment) -> set[str | None]:
+    def places_sent_work_since(self, moment, grace_seconds: float = 0.0) -> set[str | None]:
         """The machines (``None``: the buffer and the dock) that a task created or
         started at or after ``moment`` was sent to: what a picture of the PLC taken
-        at ``moment`` cannot show yet."""
+        at ``moment`` cannot show yet. A task's times are its transaction's, and it
+        reaches the PLC after the commit, the send and the hardware's own queue:
+        ``grace_seconds`` before ``moment`` count too."""
         places: set[str | None] = set()
-        # A task's times are its transaction's; it reaches the PLC after the commit,
-        # the send and the hardware's own queue: a second's grace covers that path.
         for row in self._all("SELECT DISTINCT kind, equipment_id FROM task WHERE created_at >= :m"
-                             " - interval '1 second' OR started_at >= :m - interval '1 second'",
-                             m=moment):
+                             " - make_interval(secs => :g) OR started_at >= :m - make_interval(secs => :g)",
+                             m=moment, g=grace_seconds):
             places.add(row.equipment_id)
             if row.kind not in ("START_MACHINE", "ABORT_CYCLE"):  # the robot's: buffer or dock too
                 places.add(None)

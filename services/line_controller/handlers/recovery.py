@@ -161,7 +161,10 @@ def _db_rows(db):
     return jobs, slots, running
 
 
-def check_against_plc(db, layout, plc_state: dict) -> dict:
+SENDING_GRACE_SECONDS = 1.0  # how long a committed task may take to reach the PLC
+
+
+def check_against_plc(db, layout, plc_state: dict, *, while_sending: bool) -> dict:
     """The PLC answers again after a lost connection (it may have restarted, and a
     restarted PLC forgot its cycles): the start-up checks of the records against
     what it holds now. Tasks are left out: an action in flight is reported by the
@@ -170,14 +173,15 @@ def check_against_plc(db, layout, plc_state: dict) -> dict:
     The picture was read before this message reached the loop, and the loop may
     have sent work since (a new hardware instance's first read races the starts
     the loop sends it): what that work touched is left out, the picture cannot
-    show it yet. While the PLC was away the loop sent nothing, so a real
-    reconnect's picture is whole."""
+    show it yet (``while_sending``: with a grace for the way to the PLC). While
+    the PLC was away the loop sent nothing, so a real reconnect's picture is whole."""
     jobs, slots, running = _db_rows(db)
     found = r.find_inconsistencies(jobs, slots, [], plc_state, layout.buffer_slots,
                                    equipment_running=running, **_cell_records(db))
     observed = _observed_at(plc_state)
     if observed is not None:
-        moved_on = db.places_sent_work_since(observed)  # None: the robot's (buffer, dock)
+        moved_on = db.places_sent_work_since(  # None: the robot's (buffer, dock)
+            observed, SENDING_GRACE_SECONDS if while_sending else 0.0)
         found = [inc for inc in found if inc.equipment_id not in moved_on]
     created = _ask_what_is_new(db, found, {})
     _follow_dock(db, plc_state)

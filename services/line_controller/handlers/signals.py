@@ -194,7 +194,9 @@ def plc_connection(evt: m.PlcConnection, ctx):
     if evt.plc_state is None:
         return None
     # The checks compare the dock's record with the reading first, then the count follows it.
-    return check_against_plc(db, ctx.layout, evt.plc_state)
+    # No disconnection on record: a new hardware instance's first picture, read
+    # while the loop may have been sending it work.
+    return check_against_plc(db, ctx.layout, evt.plc_state, while_sending=not raised)
 
 
 ROBOT_FAULT_ALARM = "ROBOT_FAULT"
