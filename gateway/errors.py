@@ -14,7 +14,7 @@ import logging
 import psycopg2.errors
 from flask import jsonify, request
 from gunicorn.http import errors as gunicorn_http
-from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
@@ -163,6 +163,10 @@ def refusal_of(error: Exception, path: str = "") -> tuple[int, str, str, dict]:
                                         "try again shortly, or ask for a shorter window"), {}
         log.warning("database unavailable: %s", type(error.orig).__name__ if error.orig else error)
         return 503, "UNAVAILABLE", "the database is unreachable; try again shortly", {}
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        # a disconnect of another kind: the server was demoted in a failover
+        log.warning("database connection lost: %s", type(error.orig).__name__ if error.orig else error)
+        return 503, "UNAVAILABLE", "the database is failing over; try again shortly", {}
     if isinstance(error, PoolTimeout):
         log.warning("database pool exhausted: %s", error)
         return 503, "UNAVAILABLE", "the gateway is at its database capacity; try again shortly", {}

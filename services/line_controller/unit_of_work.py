@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,11 @@ from .dbstate import DBState, Rejected
 from .messages import EventLoopMessage
 
 log = logging.getLogger(__name__)
+
+# How long a commit of unknown outcome is asked after, and how often: longer
+# than a failover takes (Patroni's ttl is 30 s), so a promoted standby answers.
+LANDED_WAIT_SECONDS = 45.0
+LANDED_RETRY_SECONDS = 0.25
 
 
 @dataclass
@@ -115,16 +121,25 @@ class UnitOfWork:
     def _landed(self, message_id: str | None, frames: list[dict]) -> bool:
         """Whether a transaction whose COMMIT raised is in the database after all
         (the server committed, the answer was lost). Only the loop writes its
-        message rows and the event log, so either tells. Unknowable (the database
-        is away) counts as not landed: the caller answers FAILED."""
-        try:
-            with self.engine.connect() as conn:
-                db = DBState(conn)
-                if message_id is not None:
-                    row = db.message_outcome(message_id)
-                    return row is not None and row.status != "QUEUED"
-                if frames:
-                    return db.event_exists(frames[0]["seq"], frames[0]["txId"])
-        except Exception:  # noqa: BLE001 - the database is unreachable
-            log.warning("could not tell whether the failed commit landed", exc_info=True)
-        return False
+        message rows and the event log, so either tells. While the database does
+        not answer (a failover: the standby that has every acknowledged commit is
+        being promoted) it is asked again for up to ``LANDED_WAIT_SECONDS``: going
+        on without knowing could send a move twice, or never. Still unknowable
+        after that counts as not landed: the caller answers FAILED."""
+        deadline = time.monotonic() + LANDED_WAIT_SECONDS
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    db = DBState(conn)
+                    if message_id is not None:
+                        row = db.message_outcome(message_id)
+                        return row is not None and row.status != "QUEUED"
+                    if frames:
+                        return db.event_exists(frames[0]["seq"], frames[0]["txId"])
+                    return False
+            except Exception:  # noqa: BLE001 - the database is unreachable
+                if time.monotonic() >= deadline:
+                    log.warning("could not tell whether the failed commit landed", exc_info=True)
+                    return False
+                log.info("the database does not answer; asking again whether the commit landed")
+                time.sleep(LANDED_RETRY_SECONDS)

@@ -11,11 +11,20 @@ from shared.db.roles import connect_args
 
 
 def sqlalchemy_url(url: str) -> str:
-    """``postgresql://…`` / ``postgres://…`` / ``pgsql://…`` → ``postgresql+psycopg2://…``."""
+    """``postgresql://…`` / ``postgres://…`` / ``pgsql://…`` → ``postgresql+psycopg2://…``.
+    libpq's multi-host form (``u:p@db1:5432,db2:5432/db``) becomes SQLAlchemy's
+    (``u:p@/db?host=db1:5432&host=db2:5432``): the same servers, tried in order."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ValueError(f"not a database URL: {url!r}")
-    return "postgresql+psycopg2://" + rest
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, hostlist = netloc.rpartition("@")
+    if "," not in hostlist:
+        return "postgresql+psycopg2://" + rest
+    path, question, query = tail.partition("?")
+    hosts = "&".join(f"host={h}" for h in hostlist.split(","))
+    return (f"postgresql+psycopg2://{userinfo}{at}/{path}?{hosts}"
+            + (f"&{query}" if question and query else ""))
 
 
 def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: str | None = None,
@@ -37,6 +46,7 @@ def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: 
         future=True,
         **kwargs,
     )
+    event.listen(engine, "handle_error", _demoted_server_is_a_disconnect)
     if read_only:
         # The gateway reads only; a write attempt fails in PostgreSQL itself.
         @event.listens_for(engine, "connect")
@@ -46,6 +56,18 @@ def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: 
             dbapi_conn.commit()
 
     return engine
+
+
+READ_ONLY_SQL_TRANSACTION = "25006"
+
+
+def _demoted_server_is_a_disconnect(context) -> None:
+    """A write refused because the server turned read-only (it was demoted in a
+    failover) is handled as a lost connection: SQLAlchemy drops every pooled
+    connection, and the next ones (``target_session_attrs=read-write``) reach the
+    new primary. The gateway answers such a failure 503, as any lost connection."""
+    if getattr(context.original_exception, "pgcode", None) == READ_ONLY_SQL_TRANSACTION:
+        context.is_disconnect = True
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -233,6 +233,7 @@ def floor_on(cell, container_factory, nameko_config, engine, db_url):
         for container in containers:
             container.start()
         settings = load_settings({"LINECTL_DATABASE_URL": db_url, "LINECTL_TOKENS": f"operator:{TOKEN}",
+                                  "LINECTL_AMQP_URI": config["AMQP_URI"],  # the services' transport
                                   "LINECTL_COMMAND_WAIT_SECONDS": "10"})
         pool = RpcPool(config, size=4, timeout=30)
         try:

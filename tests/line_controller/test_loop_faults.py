@@ -102,3 +102,32 @@ def test_a_failing_scheduling_round_never_rewrites_a_committed_command(harness):
     assert harness.send("ScheduleTick").status == "HANDLED"
     assert [r.rpc for r in harness.hardware.requests] == ["dock_to_buffer"]
     _assert_gapless(harness)
+
+
+def test_a_lost_answer_is_asked_after_until_the_database_answers_again(harness, drop_at_commit, monkeypatch):
+    """A failover: the COMMIT landed (the synchronous standby has it), then the
+    server died, and the promoted standby answers only a moment later. The loop
+    asks until it can tell, and its round's move is sent exactly once."""
+    from services.line_controller import unit_of_work
+    from tests.line_controller.scripted import Refill
+
+    _, (job_id, _) = harness.started_order(quantity=2)
+    harness.scheduler.queued.append(Refill(job_id, 1))
+    engine = harness.loop.engine
+    real_connect, refused = engine.connect, []
+
+    def away_for_a_moment():
+        if len(refused) < 3:
+            refused.append(True)
+            raise psycopg2.OperationalError("connection refused: the standby is being promoted")
+        return real_connect()
+
+    monkeypatch.setattr(unit_of_work, "LANDED_RETRY_SECONDS", 0.01)
+    drop_at_commit(land=True)
+    monkeypatch.setattr(engine, "connect", away_for_a_moment)
+    harness.loop.schedule()
+    monkeypatch.setattr(engine, "connect", real_connect)
+    assert len(refused) == 3
+    assert [r.rpc for r in harness.hardware.requests] == ["dock_to_buffer"]
+    assert harness.ok("CreateOrder", ORDER)
+    _assert_gapless(harness)

@@ -40,6 +40,8 @@ def test_defaults_match_the_spec():
         ("OPCUA_SECURITY", "basic128rsa15"),
         ("DATABASE_URL", "mysql://root@localhost/db"),
         ("DATABASE_URL", "postgresql://localhost"),
+        ("DATABASE_URL", "postgresql://u@db1:5432,db2:port/line"),
+        ("DATABASE_URL", "postgresql://u@db1:5432,:5433/line"),
         ("AMQP_URI", "redis://localhost"),
         ("TOKENS", "boss:abcdefghijk"),
         ("TOKENS", "operator"),
@@ -212,3 +214,16 @@ def test_the_plc_is_modbus_or_opc_ua_and_the_simulator_speaks_either():
     assert (s.plc_protocol, s.plc_url) == ("modbus", "10.0.0.5:502")
     s = load_settings({"LINECTL_PLC": "opc.tcp://plc:4840", "LINECTL_OPCUA_SECURITY": "none"})
     assert s.opcua_security_mode == "none"  # allowed where configured
+
+
+def test_a_database_url_may_name_a_primary_and_its_standbys():
+    """libpq's multi-host form (PRODUCT.md, "Database failover"): kept as given for
+    libpq (the pgsql:// transport), rewritten for SQLAlchemy, masked whole."""
+    from shared.config.database import mask_url
+    from shared.db.engine import sqlalchemy_url
+
+    url = "postgresql://line:s3cret@db1:5432,db2:5433/linectl?target_session_attrs=read-write"
+    assert load_settings({"LINECTL_DATABASE_URL": url}).database_url == url
+    assert sqlalchemy_url(url) == ("postgresql+psycopg2://line:s3cret@/linectl?host=db1:5432&host=db2:5433"
+                                   "&target_session_attrs=read-write")
+    assert mask_url(url) == "postgresql://line:***@db1:5432,db2:5433/linectl?target_session_attrs=read-write"

@@ -29,6 +29,7 @@ from .sql import (
 
 # A NOTIFY payload must be shorter than 8000 bytes; a larger reply goes through the table.
 NOTIFY_PAYLOAD_MAX = 7999
+READ_ONLY_SQL_TRANSACTION = "25006"  # SQLSTATE of a write on a server that turned standby
 
 
 class Message(virtual.Message):
@@ -111,6 +112,13 @@ class Channel(virtual.Channel):
                     cur.execute(sql, params)
                 except psycopg2.Error as exc:
                     self._end_failed_block()
+                    if exc.pgcode == READ_ONLY_SQL_TRANSACTION:
+                        # The server was demoted (a failover): this session is no use any
+                        # more. A lost connection to kombu, so it reconnects, and libpq's
+                        # target_session_attrs=read-write finds the new primary.
+                        self._conn.close()
+                        raise psycopg2.OperationalError(
+                            f"the database server no longer accepts writes ({exc.pgerror or exc})") from exc
                     if isinstance(exc, (psycopg2.errors.ForeignKeyViolation,
                                         psycopg2.errors.NotNullViolation)):
                         raise ChannelError(f"NOT_FOUND - {exc.diag.message_detail}") from exc

