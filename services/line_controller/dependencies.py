@@ -22,8 +22,9 @@ from shared.layout import load_layout
 from shared.rpc import RpcClientPool
 
 from .hardware_port import HardwareRequest
-from .loop import EventLoop, Outcome, Pending
+from .loop import EventLoop
 from .messages import EventLoopMessage, new_message
+from .outcome import Outcome, Pending
 from .scheduler import default_scheduler
 
 log = logging.getLogger(__name__)

@@ -25,11 +25,9 @@ import collections
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import eventlet
-from eventlet.event import Event
 from eventlet.queue import LightQueue
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -41,53 +39,15 @@ from .action_executor import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
 from .hardware_port import HardwarePort, HardwareRequest
+from .outcome import Outcome, Pending
 from .scheduler import Scheduler, build_system_state
-from .unit_of_work import LoopTransaction, UnitOfWork
+from .unit_of_work import LoopTransaction, UnitOfWork, database_away
 
 log = logging.getLogger(__name__)
 
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
-
-
-@dataclass
-class Outcome:
-    """How a message ended; :meth:`to_reply` is the one reply shape of a command."""
-    message_id: str
-    status: str  # HANDLED | REJECTED | STALE | DUPLICATE | FAILED | QUEUED
-    result: dict | None = None
-    error: dict | None = None
-    # The recorded outcome of an earlier delivery of this id (a client's retry):
-    # the gateway answers 200 where the first answer was 201.
-    replayed: bool = False
-
-    def to_reply(self) -> dict:
-        return {"commandId": self.message_id, "status": self.status, "result": self.result,
-                "error": self.error, "replayed": self.replayed}
-
-    @classmethod
-    def refused(cls, message_id: str, code: str, message: str, status: str = "REJECTED") -> Outcome:
-        return cls(message_id, status, error={"code": code, "message": message})
-
-    @classmethod
-    def from_row(cls, row, *, replayed: bool = False) -> Outcome:
-        error = {"code": row.error_code, "message": row.error_message or ""} if row.error_code else None
-        return cls(row.id, row.status, row.result, error, replayed)
-
-
-@dataclass
-class Pending:
-    """A caller's handle on an enqueued message."""
-    message: m.EventLoopMessage
-    done: Event = field(default_factory=Event)
-    replay: bool = False  # another caller already waits on this id
-
-    def wait(self, timeout: float | None) -> Outcome | None:
-        """The outcome, or None when ``timeout`` ran out (the message still runs)."""
-        with eventlet.Timeout(timeout, False):
-            return self.done.wait()
-        return None
 
 
 class EventLoop:
@@ -267,7 +227,11 @@ class EventLoop:
                 return self._duplicate(msg)
         except Rejected as exc:
             return self._reject(msg, exc)
-        except Exception:
+        except Exception as exc:
+            if database_away(exc):  # not recorded: a redelivery is handled, not a duplicate
+                log.warning("message %s (%s) not handled: the database does not answer (%s)",
+                            msg.id, msg.type, type(exc).__name__)
+                return Outcome.refused(msg.id, "UNAVAILABLE", "the database does not answer", "FAILED")
             log.exception("message %s (%s) failed", msg.id, msg.type)
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
         self._publish(work)

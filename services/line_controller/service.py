@@ -18,8 +18,8 @@ from nameko.timer import timer
 from shared import events as ev
 
 from .dependencies import LineEventPublisher, ProductionLoop
-from .loop import Outcome
 from .messages import COMMAND_TYPES, ValidationError, new_message
+from .outcome import Outcome
 
 EVENT_WAIT_SECONDS = 30.0  # then the event is requeued; its redelivery is a harmless duplicate
 

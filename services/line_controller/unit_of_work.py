@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from .dbstate import DBState, Rejected
 from .messages import EventLoopMessage
@@ -31,6 +32,13 @@ log = logging.getLogger(__name__)
 # than a failover takes (Patroni's ttl is 30 s), so a promoted standby answers.
 LANDED_WAIT_SECONDS = 45.0
 LANDED_RETRY_SECONDS = 0.25
+
+
+def database_away(exc: BaseException) -> bool:
+    """The failure is the database's absence (a restart, a failover), not the
+    handler's: the message was not handled and must be handled again."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
 @dataclass

@@ -64,7 +64,7 @@ def test_a_commit_that_did_not_land_fails_and_the_next_message_still_commits(har
     harness.ok("CreateOrder", ORDER)
     drop_at_commit(land=False)
     out = harness.send("CreateOrder", {**ORDER, "code": "NEVER"})
-    assert out.status == "FAILED" and out.error["code"] == "INTERNAL"
+    assert out.status == "FAILED" and out.error["code"] == "UNAVAILABLE"  # not recorded: handled when it comes again
     after = harness.send("CreateOrder", {**ORDER, "code": "NEXT"})
     assert after.status == "HANDLED", after
     _assert_gapless(harness)
@@ -130,4 +130,37 @@ def test_a_lost_answer_is_asked_after_until_the_database_answers_again(harness, 
     assert len(refused) == 3
     assert [r.rpc for r in harness.hardware.requests] == ["dock_to_buffer"]
     assert harness.ok("CreateOrder", ORDER)
+    _assert_gapless(harness)
+
+
+def test_a_message_the_database_failed_is_not_recorded_and_is_handled_when_it_comes_again(harness, monkeypatch):
+    """The database went away under the handler (a restart, a failover) and is
+    back at once: the message is not recorded as FAILED, or its redelivery would
+    be acknowledged as a duplicate and the event lost (a stalled line)."""
+    from sqlalchemy.exc import OperationalError
+
+    from services.line_controller import handlers
+    from services.line_controller.messages import new_message
+
+    real, calls = handlers.HANDLERS, []
+
+    class Away(dict):
+        def __getitem__(self, key):
+            handler = real[key]
+            if calls:
+                return handler
+
+            def fails(*args):
+                calls.append(key)
+                raise OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
+            return fails
+
+    monkeypatch.setattr("services.line_controller.loop.HANDLERS", Away(real))
+    msg = new_message("CreateOrder", {**ORDER, "code": "AGAIN"}, actor="op")
+    first = harness.loop.handle(msg)
+    assert (first.status, first.error["code"]) == ("FAILED", "UNAVAILABLE")
+    assert harness.rows("SELECT id FROM loop_message WHERE id = :id", id=msg.id) == []
+    again = harness.loop.handle(msg)
+    assert again.status == "HANDLED", again
+    assert harness.row("SELECT code FROM work_order").code == "AGAIN"
     _assert_gapless(harness)

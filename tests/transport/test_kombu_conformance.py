@@ -219,6 +219,29 @@ def test_a_lost_database_connection_still_closes_channels_cleanly(pgsql_url, db_
     consumer.__exit__(None, None, None)  # what kombu's ConsumerMixin runs next: no AttributeError
 
 
+def test_a_requeue_on_a_lost_session_does_not_raise_and_the_message_comes_again(pgsql_url, db_url):
+    """A handler failed because the database went away, and its consumer requeues
+    the message on the dead session (nameko does so, and dies of an exception):
+    nothing raises, and the sweep hands the message out again (issue 40)."""
+    lost = Queue("requeued", Exchange("requeued", "direct"), routing_key="k")
+    received = []
+    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn:
+        consumer = Consumer(conn, [lost], callbacks=[lambda b, m: received.append(m)])
+        consumer.consume()
+        Producer(conn).publish({"n": 1}, exchange=lost.exchange, routing_key="k")
+        drain_until(conn, received, 1)
+        rows(db_url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                     " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        received[0].requeue()  # on a session that is gone: no exception
+        consumer.__exit__(None, None, None)
+    again = []
+    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn, \
+            Consumer(conn, [lost], callbacks=[lambda b, m: again.append(m)]):
+        drain_until(conn, again, 1)
+        assert again[0].payload == {"n": 1} and again[0].delivery_info.get("redelivered")
+        again[0].ack()
+
+
 def test_topic_keys_without_wildcards_match_exactly_beside_many_bindings(pgsql_url):
     # More bindings than PostgreSQL caches compiled regular expressions (32): plain
     # keys match by equality, wildcard keys by pattern, each exactly as AMQP says.

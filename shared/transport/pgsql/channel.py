@@ -4,6 +4,7 @@ is the lease owner of the messages the channel claims."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import psycopg2
@@ -28,6 +29,8 @@ from .sql import (
 )
 
 # A NOTIFY payload must be shorter than 8000 bytes; a larger reply goes through the table.
+log = logging.getLogger(__name__)
+
 NOTIFY_PAYLOAD_MAX = 7999
 READ_ONLY_SQL_TRANSACTION = "25006"  # SQLSTATE of a write on a server that turned standby
 
@@ -61,10 +64,18 @@ class QoS(virtual.QoS):
     def reject(self, delivery_tag, requeue=False):
         message = self._delivered.get(delivery_tag)
         if message is not None and delivery_tag not in self._dirty and message.row_id is not None:
-            if requeue:
-                self.channel._release_rows([message.row_id])
-            else:
-                self.channel._delete_rows([message.row_id])
+            try:
+                if requeue:
+                    self.channel._release_rows([message.row_id])
+                else:
+                    self.channel._delete_rows([message.row_id])
+            except psycopg2.Error as exc:
+                # The session is gone (a restart, a failover): its claim ended with it,
+                # and the sweep hands the message out again, as a broker reclaims the
+                # unacked messages of a lost connection. A consumer (nameko's) must not
+                # die of it.
+                log.warning("settling message %s on a lost session (%s): it is redelivered",
+                            message.row_id, type(exc).__name__)
         self._quick_ack(delivery_tag)
         self.channel._room_made()
 
