@@ -140,6 +140,12 @@ class LineHardware:
         if self.robot.stopping:  # nothing moved: the line_controller puts the job back
             return {"accepted": False, "errorCode": ev.NOT_EXECUTED,
                     "errorMessage": "the hardware service is stopping"}
+        if correlation_id in self._open or correlation_id in self._answered:
+            # The same request again: its caller lost the answer (a failover of the
+            # transport's database, a timeout) and asks once more. It runs once; its
+            # result is (or was) published as usual.
+            return {"accepted": True, "actionId": self._open.get(correlation_id), "instanceId": self.instance_id,
+                    "repeated": True}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         self._open[correlation_id] = request.action_id
         if isinstance(command, MachineStart | MachineAbort):  # machines run beside the robot

@@ -11,6 +11,7 @@ import uuid
 
 import eventlet
 from nameko.events import EventDispatcher
+from nameko.exceptions import RemoteError, UnknownService
 from nameko.extensions import DependencyProvider
 from nameko.standalone.rpc import ClusterRpcProxy
 
@@ -28,6 +29,9 @@ from .outcome import Outcome, Pending
 from .scheduler import default_scheduler
 
 log = logging.getLogger(__name__)
+
+# After a request found no answer, it is sent again after these pauses (s); then refused.
+SEND_RETRY_PAUSES = (0.5, 1.0, 2.0, 4.0)
 
 PLC_STATE_TIMEOUT = 3.0  # seconds one plc_state() call of the start-up recovery may take
 PLC_WAIT_SECONDS = 20.0  # how long recovery keeps asking when the PLC is not reachable yet
@@ -65,6 +69,7 @@ class NamekoHardwarePort:
         self.context = {ev.CONTROLLER_CONTEXT_KEY: instance_id} if instance_id else None
         # Expiring: a request given up on here (refused below) never runs later.
         self.clients = RpcClientPool(config, size=clients, timeout=timeout, context_data=self.context)
+        self.retry_pauses = SEND_RETRY_PAUSES
 
     def close(self) -> None:
         self.clients.close()
@@ -73,13 +78,26 @@ class NamekoHardwarePort:
         eventlet.spawn(self._call, req)
 
     def _call(self, req: HardwareRequest) -> None:
-        try:
-            with self.clients.client() as proxy:
-                reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
-        except Exception as exc:  # no hardware service, RPC timeout, transport down, all clients busy
-            log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
-            self.loop.refuse(req, "CONNECTION_REFUSED", f"{type(exc).__name__}: {exc}")
-            return
+        for attempt, pause in enumerate((*self.retry_pauses, None), start=1):
+            try:
+                with self.clients.client() as proxy:
+                    reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
+                break
+            except (RemoteError, UnknownService) as exc:  # refused by the service, or none runs
+                failure = exc
+                pause = None
+            except Exception as exc:  # no hardware service, RPC timeout, transport down, all clients busy
+                # The request may have reached the hardware and only its answer been
+                # lost (the transport's database failing over): asked again with the
+                # same task id, the hardware runs it once and says it has it.
+                failure = exc
+            if pause is None:
+                log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, failure)
+                self.loop.refuse(req, "CONNECTION_REFUSED", f"{type(failure).__name__}: {failure}")
+                return
+            log.info("hardware %s for task %s: no answer (%s), asking again (%s)",
+                     req.rpc, req.task_id, type(failure).__name__, attempt)
+            eventlet.sleep(pause)
         if not (reply or {}).get("accepted"):
             self.loop.refuse(req, (reply or {}).get("errorCode", "REJECTED"),
                              (reply or {}).get("errorMessage", "not accepted"))

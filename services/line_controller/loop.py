@@ -69,6 +69,8 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
+        self.database_lost = False  # a failed message or round found the database away
+        self._plc_state = None  # what start() was given to read the PLC's state
         # A hardware instance said it stops cleanly (its id): no scheduling round
         # sends it work until the next instance's start has been checked.
         self.hardware_away: str | None = None
@@ -100,6 +102,7 @@ class EventLoop:
             self.uow.last_seq, self.uow.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
             in_process = recover and db.pieces_in_process() > 0
+        self._plc_state = plc_state
         if recover:
             self.recovering = True
             state = self._read_plc(plc_state)
@@ -113,6 +116,19 @@ class EventLoop:
                                              row.actor, row.created_at))
         if consume:
             self._consumer = eventlet.spawn(self._run)
+
+    def _recheck_after_database_loss(self, msg) -> None:
+        """The database answers again after it was lost (a restart, a failover):
+        the line is checked against the PLC as after a start, scheduling held
+        until then. With a synchronous standby nothing was lost and nothing is
+        asked; an asynchronous one may have lost commits, and the PLC shows them."""
+        lost = self.database_lost or self.uow.database_was_away
+        if not lost or msg.type == "RecoveryCheck" or self._plc_state is None:
+            return
+        self.database_lost = self.uow.database_was_away = False
+        self.recovering = True
+        log.warning("the database answers again: checking the line against the PLC")
+        self._enqueue(self._recovery_check(self._read_plc(self._plc_state)))
 
     @staticmethod
     def _read_plc(plc_state) -> dict | None:
@@ -197,7 +213,8 @@ class EventLoop:
         t0 = time.perf_counter()
         try:
             outcome = self.handle(msg)
-        except Exception:  # e.g. the database is gone: the loop must outlive one message
+        except Exception as exc:  # e.g. the database is gone: the loop must outlive one message
+            self.database_lost = self.database_lost or database_away(exc)
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
             outcome = Outcome.refused(msg.id, "INTERNAL", "see logs", "FAILED")
         self.handling.observe(msg.type, time.perf_counter() - t0, outcome.status == "FAILED")
@@ -231,6 +248,7 @@ class EventLoop:
             if database_away(exc):  # not recorded: a redelivery is handled, not a duplicate
                 log.warning("message %s (%s) not handled: the database does not answer (%s)",
                             msg.id, msg.type, type(exc).__name__)
+                self.database_lost = True
                 return Outcome.refused(msg.id, "UNAVAILABLE", "the database does not answer", "FAILED")
             log.exception("message %s (%s) failed", msg.id, msg.type)
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
@@ -240,9 +258,11 @@ class EventLoop:
         self._send(ctx.requests)
         for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
+        self._recheck_after_database_loss(msg)
         try:
             self.schedule()
-        except Exception:  # the message is committed: its outcome stands
+        except Exception as exc:  # the message is committed: its outcome stands
+            self.database_lost = self.database_lost or database_away(exc)
             log.exception("scheduling round after %s (%s) failed; the next tick retries",
                           msg.id, msg.type)
         return Outcome(msg.id, status, result)

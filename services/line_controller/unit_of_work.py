@@ -75,6 +75,7 @@ class UnitOfWork:
         # COMMIT can land on the server while its answer is lost): re-read first.
         self._counters_stale = False
         self._conn: Connection | None = None
+        self.database_was_away = False  # a transaction met an absent database (the loop re-checks)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -96,7 +97,8 @@ class UnitOfWork:
         except Rejected:
             tx.rollback()
             raise
-        except Exception:
+        except Exception as exc:
+            self.database_was_away = self.database_was_away or database_away(exc)
             self._abandon(tx)
             if work.frames is None or not self._landed(message_id, work.frames):
                 raise

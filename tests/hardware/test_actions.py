@@ -198,3 +198,18 @@ def test_a_replaced_line_controller_is_fenced_out(hardware, received, nameko_con
         assert rpc.hardware.dock_to_buffer("f3", 3, job_id=3)["accepted"] is True
     assert call(hardware, "dock_to_buffer", "f4", 4, job_id=4)["accepted"] is True  # no controller named
     assert "f2" not in call(hardware, "known_actions")["open"]
+
+
+def test_a_request_asked_again_with_its_correlation_id_runs_once(hardware, received):
+    """A caller that lost the answer (the transport's database failing over) asks
+    again with the same correlation id: the service says it has it, and the action
+    runs, and reports, once."""
+    first = call(hardware, "start_machine", "again-1", "MC1", {"1": 7})
+    assert first["accepted"] is True
+    again = call(hardware, "start_machine", "again-1", "MC1", {"1": 7})  # still running, or done
+    assert again["accepted"] is True and again["repeated"] is True
+    received.result(first["actionId"])
+    after = call(hardware, "start_machine", "again-1", "MC1", {"1": 7})  # answered already
+    assert after["accepted"] is True and after["repeated"] is True
+    results = [p for t, p in received.events if p.get("correlationId") == "again-1"]
+    assert len(results) == 1, results

@@ -39,7 +39,8 @@ def test_a_request_given_up_on_never_runs_when_the_hardware_returns(container_fa
     first.stop()  # its request queue stays; nobody consumes it now
     loop = RecordingLoop()
     port = NamekoHardwarePort(nameko_config, loop, timeout=1.0)
-    port._call(_request(7))  # the hardware is away: the wait runs out
+    port.retry_pauses = (0.1,)  # asked twice, then given up on
+    port._call(_request(7))  # the hardware is away: the waits run out
     assert loop.refused == [(7, "CONNECTION_REFUSED")]
 
     port.close()
@@ -121,3 +122,32 @@ def test_a_pooled_client_whose_sessions_died_is_replaced_before_a_request(
         port.close()
     assert loop.refused == []
     assert StandInHardware.served == ["1", "2", "3"]
+
+
+class SlowFirstAnswer:
+    """Answers the first request too late (the reply is lost to its caller, as in a
+    failover of the transport's database), then at once; runs each id once."""
+    name = ev.HARDWARE
+    asked: list[str] = []
+
+    @rpc
+    def dock_to_buffer(self, correlation_id, slot_no, job_id=None):
+        SlowFirstAnswer.asked.append(correlation_id)
+        if len(SlowFirstAnswer.asked) == 1:
+            eventlet.sleep(1.5)
+        return {"accepted": True, "actionId": 1, "instanceId": "stand-in",
+                "repeated": len(SlowFirstAnswer.asked) > 1}
+
+
+def test_a_request_whose_answer_was_lost_is_asked_again_not_refused(container_factory, nameko_config):
+    SlowFirstAnswer.asked = []
+    container_factory(SlowFirstAnswer, nameko_config).start()
+    loop = RecordingLoop()
+    port = NamekoHardwarePort(nameko_config, loop, timeout=1.0)
+    port.retry_pauses = (0.1, 0.1)
+    try:
+        port._call(_request(9))
+    finally:
+        port.close()
+    assert loop.refused == []  # refusing would put back a job the robot may be moving
+    assert SlowFirstAnswer.asked == ["9", "9"] and port.accepted == {"9": "stand-in"}

@@ -160,7 +160,14 @@ def test_a_message_the_database_failed_is_not_recorded_and_is_handled_when_it_co
     first = harness.loop.handle(msg)
     assert (first.status, first.error["code"]) == ("FAILED", "UNAVAILABLE")
     assert harness.rows("SELECT id FROM loop_message WHERE id = :id", id=msg.id) == []
+    pictures = []
+    harness.loop._plc_state = lambda: pictures.append(1) or {"connected": True}
     again = harness.loop.handle(msg)
     assert again.status == "HANDLED", again
     assert harness.row("SELECT code FROM work_order").code == "AGAIN"
     _assert_gapless(harness)
+    # back after a loss: the line is checked against the PLC as after a start, and
+    # nothing is scheduled until that check has run
+    assert harness.loop.recovering and pictures == [1]
+    queued = [harness.loop.inbox.get() for _ in range(harness.loop.inbox.qsize())]
+    assert [q.type for q in queued] == ["RecoveryCheck"]
