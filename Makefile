@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test bench soak lint install clean vendor test-tools
+.PHONY: run test bench soak ha-drill lint install clean vendor test-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "linectl needs Python 3.11 or newer")'
@@ -37,6 +37,12 @@ bench: $(STAMP)
 # not part of `make test` nor `make bench`. SOAK_ARGS="--kills 40 --seed 7" to vary.
 soak: $(STAMP)
 	$(BIN)/python tests/bench/soak_crash.py $(SOAK_ARGS)
+
+# The failover drill: etcd and two Patroni nodes (Debian's etcd-server, patroni,
+# postgresql-15) in a temporary directory, linectl on both, a failover mid-order
+# and one back; not part of `make test` (docs/operations.md, "Database failover").
+ha-drill: $(STAMP)
+	$(BIN)/python tests/bench/ha_drill.py $(DRILL_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check services shared gateway tests migrations
