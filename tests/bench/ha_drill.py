@@ -48,7 +48,7 @@ bootstrap:
     retry_timeout: 4
     maximum_lag_on_failover: 0
     synchronous_mode: true
-    synchronous_mode_strict: true
+    synchronous_mode_strict: false
     postgresql:
       use_pg_rewind: true
       parameters:
@@ -219,8 +219,15 @@ def fail_over(cluster: Cluster, stack: Stack, token: str, order_id: int, quantit
                                  f"first event {first_event}, the stack said:\n{tail}\n"
                                  f"/readyz {stack.get('/readyz', timeout=5)}, last seq {last_seq(cluster.url)}")
         time.sleep(0.1)
-    wait_for(lambda: stack.get(f"/api/work-orders/{order_id}", token)[1].get("status") == "COMPLETED",
-             300, 0.5, f"order {order_id} complete")
+    try:
+        wait_for(lambda: stack.get(f"/api/work-orders/{order_id}", token)[1].get("status") == "COMPLETED",
+                 300, 0.5, f"order {order_id} complete")
+    except AssertionError:
+        said = [line for line in stack.lines if "WARNING" in line or "ERROR" in line or "recovery" in line]
+        raise AssertionError(f"order {order_id}: {stack.get(f'/api/work-orders/{order_id}', token)}, "
+                             f"open: {stack.get('/api/manual-actions?status=OPEN', token)}, "
+                             f"first event {first_event} s, ready {ready} s, the stack said:\n"
+                             + "\n".join(said[-60:])) from None
     order = stack.get(f"/api/work-orders/{order_id}", token)[1]
     asked = stack.get("/api/manual-actions?status=OPEN", token)[1].get("items", [])
     same = {name: stack.process(name) for name in pids} == pids
