@@ -20,6 +20,7 @@ Config keys (nameko config, all optional):
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import deque
 from datetime import UTC, datetime
@@ -47,6 +48,9 @@ from shared.stats import Durations
 
 log = logging.getLogger(__name__)
 WATCH_POLL_INTERVAL = 0.1  # seconds between the watcher's Modbus polls
+# How long an event that could not be published (the transport's database failing
+# over) is offered again before it is given up: longer than a Patroni failover.
+PUBLISH_PERSIST_SECONDS = 120.0
 # pymodbus logs every failed connect and timeout (10 times a second while the
 # PLC is away); the watcher reports connection loss once per edge instead.
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
@@ -134,7 +138,25 @@ class LineHardware:
         self._answered.append(cid)
         self.durations.observe(result.request.action, result.duration_ms / 1000.0, not result.ok)
         log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)
-        self._dispatch(ev.HARDWARE, result.event_type, result.payload())
+        self.send(self._dispatch, result.event_type, result.payload())
+
+    @staticmethod
+    def send(dispatch, event_type: str, payload: dict) -> None:
+        """Publish one event, offering it again while the transport is away: a
+        result or an edge the watcher saw exists only here, and lost it would
+        leave the loop waiting (a cycle "overdue", a move never answered). A
+        publish repeated after a lost confirm is a duplicate the loop drops."""
+        deadline, pause = time.monotonic() + PUBLISH_PERSIST_SECONDS, 0.25
+        while True:
+            try:
+                dispatch(ev.HARDWARE, event_type, payload)
+                return
+            except Exception as exc:  # noqa: BLE001 - the transport is away; anything else repeats too
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("publishing %s failed (%s); again in %.2f s", event_type, type(exc).__name__, pause)
+                eventlet.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
         if self.robot.stopping:  # nothing moved: the line_controller puts the job back

@@ -102,4 +102,4 @@ class HardwareService:
     @timer(interval=WATCH_INTERVAL)
     def watch(self):
         for event_type, payload in self.hardware.watcher.watch(WATCH_WAIT):
-            self.dispatch(event_type, payload)
+            self.hardware.send(lambda _source, t, p: self.dispatch(t, p), event_type, payload)

@@ -213,3 +213,20 @@ def test_a_request_asked_again_with_its_correlation_id_runs_once(hardware, recei
     assert after["accepted"] is True and after["repeated"] is True
     results = [p for t, p in received.events if p.get("correlationId") == "again-1"]
     assert len(results) == 1, results
+
+
+def test_an_event_the_transport_refused_is_offered_again_until_it_is_sent():
+    """The transport's database failing over: a result or a watcher's edge exists
+    only in the hardware service, so its publish is repeated, not dropped (a lost
+    MachineDone left a cycle "overdue" in the failover drill)."""
+    from services.hardware.dependencies import LineHardware
+
+    sent, refusals = [], [OSError("connection refused"), OSError("session is read-only")]
+
+    def dispatch(source, event_type, payload):
+        if refusals:
+            raise refusals.pop(0)
+        sent.append((source, event_type, payload))
+
+    LineHardware.send(dispatch, ev.MACHINE_DONE, {"machineId": "INSP1"})
+    assert sent == [(ev.HARDWARE, ev.MACHINE_DONE, {"machineId": "INSP1"})] and refusals == []

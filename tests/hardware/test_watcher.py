@@ -21,8 +21,8 @@ def run(container, received, method, *args):
 
 def test_done_edges_are_reported_once_each(hardware, received, sim):
     for slot, job in ((1, 11), (2, 12)):
-        run(hardware, received, "dock_to_buffer", "d", slot, job)
-        run(hardware, received, "buffer_to_equipment", "l", slot, "MC1", slot, job)
+        run(hardware, received, "dock_to_buffer", f"d{slot}", slot, job)
+        run(hardware, received, "buffer_to_equipment", f"l{slot}", slot, "MC1", slot, job)
     run(hardware, received, "start_machine", "s", "MC1", {1: 11, 2: 12})
     received.wait(ev.MACHINE_DONE, jobId=11)
     received.wait(ev.MACHINE_DONE, jobId=12)
@@ -63,7 +63,7 @@ def test_watcher_edges_directly_against_the_simulator(layout, sim):
 
 def test_the_dock_refills_after_it_runs_empty(hardware, received):
     for slot in range(1, 5):
-        assert run(hardware, received, "dock_to_buffer", "d", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
+        assert run(hardware, received, "dock_to_buffer", f"d{slot}", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
     wait_for(lambda: len(received.of(ev.PALLET_ARRIVED)) == 2, 20, message="a second pallet")
     assert [p["count"] for p in received.of(ev.PALLET_ARRIVED)] == [4, 4]
 

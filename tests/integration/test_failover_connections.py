@@ -75,7 +75,7 @@ def test_rpc_over_pgsql_follows_the_new_primary(pair, container_factory):
             assert client.echo.echo(1) == 1
         demote_and_promote(pair)
         failures = []
-        for attempt in range(3):
+        for _ in range(3):
             try:
                 with pool.client() as client:
                     assert client.echo.echo(2) == 2
