@@ -28,8 +28,8 @@ def pair():
 
 def demote_and_promote(pair: ReplicaPair) -> None:
     """The old primary keeps running but takes no more writes; the standby leads."""
+    pair.demote()
     pair.promote()
-    pair.admin("ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
 
 
 def test_a_pool_drops_its_connections_to_a_demoted_server_and_writes_on_the_new_primary(pair):

@@ -131,6 +131,24 @@ class ReplicaPair:
         self.promoted = True
         return time.monotonic()
 
+    def demote(self) -> None:
+        """The primary turns read-only and stops waiting for a standby, as a demoted
+        leader: every session, pooled ones too, has the new settings from its next
+        statement on (the postmaster signals its children before it serves another
+        connection, and this waits for a new connection that sees them)."""
+        self.admin("ALTER SYSTEM SET default_transaction_read_only = on",
+                   "ALTER SYSTEM SET synchronous_standby_names = ''", "SELECT pg_reload_conf()")
+
+        def read_only() -> bool:
+            conn = self.connect(self.primary_port, "postgres")
+            try:
+                cur = conn.cursor()
+                cur.execute("SHOW default_transaction_read_only")
+                return cur.fetchone()[0] == "on"
+            finally:
+                conn.close()
+        wait_for(read_only, 10, 0.02, "the old primary read-only")
+
     def fail_over(self) -> float:
         self.kill_primary()
         return self.promote()
