@@ -69,7 +69,6 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
-        self.database_lost = False  # a failed message or round found the database away
         self._plc_state = None  # what start() was given to read the PLC's state
         # A hardware instance said it stops cleanly (its id): no scheduling round
         # sends it work until the next instance's start has been checked.
@@ -122,10 +121,9 @@ class EventLoop:
         the line is checked against the PLC as after a start, scheduling held
         until then. With a synchronous standby nothing was lost and nothing is
         asked; an asynchronous one may have lost commits, and the PLC shows them."""
-        lost = self.database_lost or self.uow.database_was_away
-        if not lost or msg.type == "RecoveryCheck" or self._plc_state is None:
+        if not self.uow.database_was_away or msg.type == "RecoveryCheck" or self._plc_state is None:
             return
-        self.database_lost = self.uow.database_was_away = False
+        self.uow.database_was_away = False
         self.recovering = True
         log.warning("the database answers again: checking the line against the PLC")
         self._enqueue(self._recovery_check(self._read_plc(self._plc_state)))
@@ -214,7 +212,7 @@ class EventLoop:
         try:
             outcome = self.handle(msg)
         except Exception as exc:  # e.g. the database is gone: the loop must outlive one message
-            self.database_lost = self.database_lost or database_away(exc)
+            self.uow.database_was_away |= database_away(exc)
             log.exception("message %s (%s) could not be handled", msg.id, msg.type)
             outcome = Outcome.refused(msg.id, "INTERNAL", "see logs", "FAILED")
         self.handling.observe(msg.type, time.perf_counter() - t0, outcome.status == "FAILED")
@@ -248,7 +246,7 @@ class EventLoop:
             if database_away(exc):  # not recorded: a redelivery is handled, not a duplicate
                 log.warning("message %s (%s) not handled: the database does not answer (%s)",
                             msg.id, msg.type, type(exc).__name__)
-                self.database_lost = True
+                self.uow.database_was_away = True
                 return Outcome.refused(msg.id, "UNAVAILABLE", "the database does not answer", "FAILED")
             log.exception("message %s (%s) failed", msg.id, msg.type)
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
@@ -262,7 +260,7 @@ class EventLoop:
         try:
             self.schedule()
         except Exception as exc:  # the message is committed: its outcome stands
-            self.database_lost = self.database_lost or database_away(exc)
+            self.uow.database_was_away |= database_away(exc)
             log.exception("scheduling round after %s (%s) failed; the next tick retries",
                           msg.id, msg.type)
         return Outcome(msg.id, status, result)

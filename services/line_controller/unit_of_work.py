@@ -75,7 +75,7 @@ class UnitOfWork:
         # COMMIT can land on the server while its answer is lost): re-read first.
         self._counters_stale = False
         self._conn: Connection | None = None
-        self.database_was_away = False  # a transaction met an absent database (the loop re-checks)
+        self.database_was_away = False  # a transaction or message met an absent database (the loop re-checks)
 
     def close(self) -> None:
         if self._conn is not None:

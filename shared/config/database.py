@@ -58,13 +58,13 @@ def _db_url(name: str, raw: str) -> str:
     return "postgresql://" + raw.split("://", 1)[1]
 
 
-def mask_url(url: str) -> str:
-    """A URL fit to print: any password replaced by ``***`` (every server kept)."""
+def mask_url(url: str, mask: str = "***") -> str:
+    """A URL fit to print: any password replaced by ``mask`` (every server kept)."""
     parts = urlsplit(url)
     userinfo, at, hostlist = parts.netloc.rpartition("@")
     if not at or ":" not in userinfo:
         return url
-    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hostlist}").geturl()
+    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:{mask}@{hostlist}").geturl()
 
 
 # name -> (field, parser)

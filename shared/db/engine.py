@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from psycopg2 import errorcodes
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -58,15 +59,12 @@ def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: 
     return engine
 
 
-READ_ONLY_SQL_TRANSACTION = "25006"
-
-
 def _demoted_server_is_a_disconnect(context) -> None:
     """A write refused because the server turned read-only (it was demoted in a
     failover) is handled as a lost connection: SQLAlchemy drops every pooled
     connection, and the next ones (``target_session_attrs=read-write``) reach the
     new primary. The gateway answers such a failure 503, as any lost connection."""
-    if getattr(context.original_exception, "pgcode", None) == READ_ONLY_SQL_TRANSACTION:
+    if getattr(context.original_exception, "pgcode", None) == errorcodes.READ_ONLY_SQL_TRANSACTION:
         context.is_disconnect = True
 
 

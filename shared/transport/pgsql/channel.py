@@ -12,6 +12,7 @@ import psycopg2.errors
 from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.transport.virtual.base import queue_declare_ok_t
+from psycopg2 import errorcodes
 from psycopg2.extensions import TRANSACTION_STATUS_INERROR
 
 from .sql import (
@@ -32,7 +33,6 @@ from .sql import (
 log = logging.getLogger(__name__)
 
 NOTIFY_PAYLOAD_MAX = 7999
-READ_ONLY_SQL_TRANSACTION = "25006"  # SQLSTATE of a write on a server that turned standby
 
 
 class Message(virtual.Message):
@@ -123,7 +123,7 @@ class Channel(virtual.Channel):
                     cur.execute(sql, params)
                 except psycopg2.Error as exc:
                     self._end_failed_block()
-                    if exc.pgcode == READ_ONLY_SQL_TRANSACTION:
+                    if exc.pgcode == errorcodes.READ_ONLY_SQL_TRANSACTION:  # a write on a server turned standby
                         # The server was demoted (a failover): this session is no use any
                         # more. A lost connection to kombu, so it reconnects, and libpq's
                         # target_session_attrs=read-write finds the new primary.

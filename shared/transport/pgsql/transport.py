@@ -11,6 +11,8 @@ import psycopg2
 import psycopg2.extensions
 from kombu.transport import virtual
 
+from shared.config.database import mask_url
+
 from .channel import Channel
 from .listener import NotifyListener
 from .sql import (
@@ -108,14 +110,8 @@ class Transport(virtual.Transport):
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
         """The URL as kombu prints it; kombu's own parser cannot read libpq's
-        multi-host form (``db1:5432,db2:5432``), so the password is masked here."""
-        if include_password:
-            return uri
-        scheme, sep, rest = uri.partition("://")
-        userinfo, at, tail = rest.partition("@")
-        if not at or ":" not in userinfo:
-            return uri
-        return f"{scheme}{sep}{userinfo.partition(':')[0]}:{mask}@{tail}"
+        multi-host form (``db1:5432,db2:5432``)."""
+        return uri if include_password else mask_url(uri, mask)
 
     def driver_version(self):
         return psycopg2.__version__
