@@ -4,13 +4,20 @@ gateway, the operator answering over HTTP as the page does. Each case ends
 with the order complete, exact counts, and the database and the PLC agreeing
 that the cell is empty.
 
-Every case runs on both field protocols: over Modbus on ``RegisterMapPlc``, written
+The cases run on both field protocols (but two, below): over Modbus on ``RegisterMapPlc``, written
 from deploy/REGISTER_MAP.md alone, so the map, not the simulator, is what the host
 relies on; over OPC UA on this project's simulator (faults injected through its
 SimControl methods). The simulator over Modbus (its control registers, as any Modbus
 tool would) runs the one case the independent PLC cannot (a dropped connection): the
 host's Modbus path is the same whichever PLC answers, and the simulator's own faults
-are proven on both protocols by tests/hardware/test_floor_faults.py."""
+are proven on both protocols by tests/hardware/test_floor_faults.py.
+
+What the line_controller makes of a fault it has been told about (a stopped batch
+washed again, a machining centre's pieces scrapped and counted once) does not depend
+on the protocol that told it: those two cases run once, on the independent PLC
+(Modbus). The fault's way up from an OPC UA PLC to the question, and the answer's
+way back, are proven by the cases that stay on both (the fault mid-cycle, the
+overdue cycle's abort, the emergency stop, the restart)."""
 
 from __future__ import annotations
 
@@ -68,6 +75,8 @@ def test_a_fault_mid_cycle_asks_once_refuses_a_restart_until_clear_then_restarts
     assert Counter(c.aborted for c in cycles) == {False: 3, True: 1}, cycles  # the stopped one is void
 
 
+# Once (see the module's docstring): the batch's return is the line_controller's.
+@pytest.mark.parametrize("floor", ["independent"], indirect=True)
 def test_a_fault_stopping_a_full_batch_returns_the_pieces_to_do_the_wash_again(floor):
     order = floor.order("BRACKET-A", 4)
     washing = floor.processing_on("WASH1")  # the batch as the scheduler filled it
@@ -86,6 +95,8 @@ def test_a_fault_stopping_a_full_batch_returns_the_pieces_to_do_the_wash_again(f
     assert sum(len(t.params["jobs"]) for t in starts) == 4 + len(stopped)
 
 
+# Once (see the module's docstring): the scrap and its count are the line_controller's.
+@pytest.mark.parametrize("floor", ["independent"], indirect=True)
 def test_a_fault_on_a_machining_centre_scraps_its_pieces_counted_once(floor):
     order = floor.order("SHAFT-B", 4)
     jobs = floor.processing_on("MC1")
