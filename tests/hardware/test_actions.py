@@ -74,7 +74,9 @@ def test_batch_machine_finishes_all_slots_at_once_and_inspection_reports(hardwar
     assert received.of(ev.MACHINE_DONE, machineId="INSP1", jobId=101)[0]["pass"] is True
 
 
-@BOTH
+# Modbus only: over OPC UA a failed verdict is the same InspectionResult read as a
+# passed one (test_batch_machine_... above), and failed verdicts over OPC UA are proven
+# end to end by tests/flow/test_mock_e2e.py (its rabbitmq-opcua order scraps pieces).
 def test_scrap_rate_fails_inspection(hardware, received, control):
     control.scrap_rate(1.0)
     run_ok(hardware, received, "dock_to_buffer", "d", 1, job_id=7)
@@ -131,7 +133,8 @@ def test_invalid_requests_are_rejected_without_an_event(hardware, received):
     assert line_of(hardware).robot.current is None
 
 
-@BOTH
+# Modbus only: what this adds is the transport's RPC (the same whatever the PLC speaks);
+# RPCs over the transport to an OPC UA PLC run in test_the_robot_runs_concurrent_requests...
 def test_rpc_over_the_transport(hardware, received, hw_config):
     with ServiceRpcProxy("hardware", hw_config, timeout=20) as proxy:
         answer = proxy.dock_to_buffer("17", 8, job_id=5)

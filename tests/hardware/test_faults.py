@@ -49,7 +49,8 @@ def test_a_robot_still_busy_from_a_killed_instance_is_waited_for(hardware, recei
 # however slow the machine running the test (the default 30 s, 150 ms here, was a CI flake).
 @pytest.mark.parametrize("sim_options", [SimOptions(speed=SPEED, scrap_rate=0.0, seed=7, pallet_size=4,
                                                     pallet_seconds=3600.0)])
-@BOTH
+# Modbus only: the pallet is the simulator's model (one for both protocols), and the
+# robot's SOURCE_EMPTY over OPC UA is decoded as test_robot_error_... decodes it.
 def test_an_empty_dock_is_source_empty_and_moves_nothing(hardware, received, sim):
     for slot in range(1, 5):  # the first pallet: 4 pieces
         assert outcome(hardware, received, "dock_to_buffer", f"d{slot}", slot)[0] == ev.ROBOT_ACTION_SUCCEEDED
