@@ -156,7 +156,7 @@ class LineHardware:
                     raise
                 log.warning("publishing %s failed (%s); again in %.2f s", event_type, type(exc).__name__, pause)
                 eventlet.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                pause = min(pause * 2, 2.0)  # soon after the transport is back
 
     def submit(self, correlation_id: str, command) -> dict[str, Any]:
         if self.robot.stopping:  # nothing moved: the line_controller puts the job back

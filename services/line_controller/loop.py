@@ -25,7 +25,7 @@ import collections
 import dataclasses
 import logging
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 
 import eventlet
 from eventlet.queue import LightQueue
@@ -70,6 +70,7 @@ class EventLoop:
         self.duplicates_total = 0
         self.recovering = False
         self._plc_state = None  # what start() was given to read the PLC's state
+        self.heard_since: datetime | None = None  # the last recovery check (HandlerContext says why)
         # A hardware instance said it stops cleanly (its id): no scheduling round
         # sends it work until the next instance's start has been checked.
         self.hardware_away: str | None = None
@@ -121,9 +122,12 @@ class EventLoop:
         the line is checked against the PLC as after a start, scheduling held
         until then. With a synchronous standby nothing was lost and nothing is
         asked; an asynchronous one may have lost commits, and the PLC shows them."""
-        if not self.uow.database_was_away or msg.type == "RecoveryCheck" or self._plc_state is None:
+        if not self.uow.database_was_away or msg.type == "RecoveryCheck":
             return
         self.uow.database_was_away = False
+        if self._plc_state is None:  # nothing to check against (a loop driven by hand)
+            self.heard_since = datetime.now(UTC)
+            return
         self.recovering = True
         log.warning("the database answers again: checking the line against the PLC")
         self._enqueue(self._recovery_check(self._read_plc(self._plc_state)))
@@ -233,7 +237,9 @@ class EventLoop:
             return self._reject(msg, exc)
         try:
             with self.uow.begin(msg.id if record else None) as work:
-                ctx = HandlerContext(work.db, msg, self.layout, cycle_overdue_factor=self.cycle_overdue_factor)
+                ctx = HandlerContext(work.db, msg, self.layout, cycle_overdue_factor=self.cycle_overdue_factor,
+                                     heard_since=self.heard_since,
+                                     recovering=self.recovering or self.uow.database_was_away)
                 result = HANDLERS[type(body)](body, ctx)
                 status = ctx.outcome or "HANDLED"
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
@@ -288,6 +294,7 @@ class EventLoop:
                 self._hardware_started_at = body.hardware_started
                 self.hardware_away = None
             self.recovering = False
+            self.heard_since = datetime.now(UTC)
             log.info("recovery check: %s inconsistencies, manual actions %s; scheduling resumes",
                      result["inconsistencies"], result["manualActionIds"])
 

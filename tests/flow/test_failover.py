@@ -67,12 +67,10 @@ class Caller:
         self.thread.wait()
 
 
-@pytest.fixture
-def transport():
-    # pgsql://, which fails over with the database. On RabbitMQ (the database alone
-    # fails over) one run in eight still stalled: INSP1's MachineDone was not
-    # handled (issue 40 is open for it).
-    return "pgsql"
+@pytest.fixture(params=["pgsql", "rabbitmq"])
+def transport(request):
+    """pgsql://, which fails over with the database; RabbitMQ, where the database alone does."""
+    return request.param
 
 
 def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_pair, nameko_config):

@@ -171,3 +171,34 @@ def test_a_message_the_database_failed_is_not_recorded_and_is_handled_when_it_co
     assert harness.loop.recovering and pictures == [1]
     queued = [harness.loop.inbox.get() for _ in range(harness.loop.inbox.qsize())]
     assert [q.type for q in queued] == ["RecoveryCheck"]
+
+
+def test_the_time_the_database_was_away_makes_no_cycle_overdue(harness):
+    """INSP1 ran its cycle through a 15 s failover: its end is still on its way
+    (the hardware offers it again once the transport is back). Neither a tick that
+    meets the database first, nor one before the check against the PLC, nor one
+    just after it judges the cycle overdue (the drill asked CYCLE_OVERDUE so);
+    only time the loop could hear the end counts."""
+    from datetime import timedelta
+
+    from sqlalchemy import text
+
+    harness.loop.cycle_overdue_factor = 1.0  # INSP1's 4 s cycle
+    _, (job,) = harness.started_order(quantity=1)
+    harness.on_equipment(job, "INSP1", 1, buffer_slot=1)
+    with harness.loop.engine.begin() as conn:
+        conn.execute(text("UPDATE machine_cycle SET requested_at = requested_at - interval '15 seconds'"))
+    harness.loop._plc_state = lambda: None  # the hardware does not answer yet
+    harness.loop.uow.database_was_away = True  # as a message that met the failover leaves it
+    harness.ok("ScheduleTick")
+    assert harness.alarms("CYCLE_OVERDUE") == [] and harness.loop.recovering
+    harness.ok("ScheduleTick")  # the check against the PLC is still queued behind it
+    assert harness.alarms("CYCLE_OVERDUE") == []
+    now = harness.row("SELECT now() AS at").at.isoformat()
+    harness.send("RecoveryCheck", {"plcState": None, "hardwareStartedAt": now, "acceptedByEarlier": []})
+    harness.ok("ScheduleTick")
+    assert harness.alarms("CYCLE_OVERDUE") == []
+    harness.loop.heard_since -= timedelta(seconds=5)  # heard for longer than the bound: overdue after all
+    harness.ok("ScheduleTick")
+    assert [a.code for a in harness.alarms("CYCLE_OVERDUE")] == ["CYCLE_OVERDUE"]
+    assert harness.job(job).status == "SUSPENDED"

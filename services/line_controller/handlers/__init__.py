@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from shared.layout import Layout
 
@@ -32,6 +33,12 @@ class HandlerContext:
     target: tuple[str, str | None] = ("command", None)  # what a command's audit row names
     # A cycle this many times its cycleSeconds past its start is overdue (settings).
     cycle_overdue_factor: float = 3.0
+    # Since when the loop has heard the hardware's events (None: all along). Before
+    # that it was not running, or cut off from the database, and a cycle's end may
+    # still be on its way: an overdue clock starts no earlier. While ``recovering``
+    # (the check against the PLC not yet handled) no cycle is judged at all.
+    heard_since: datetime | None = None
+    recovering: bool = False
 
     @property
     def actor(self) -> str:

@@ -22,7 +22,10 @@ def schedule_tick(tick: m.ScheduleTick, ctx):
 def _overdue_cycles(ctx) -> None:
     """A machine whose cycle runs past ``cycle_overdue_factor`` × its cycleSeconds
     (a cycle that never reports done): an alarm and the operator's question
-    (CYCLE_OVERDUE). Nothing moves by itself; the answer aborts the cycle first."""
+    (CYCLE_OVERDUE). Nothing moves by itself; the answer aborts the cycle first.
+    Only time the loop could hear the cycle's end counts (``ctx.heard_since``)."""
+    if ctx.recovering:
+        return
     db = ctx.db
     for row in db.machines_without_progress():
         try:
@@ -30,7 +33,8 @@ def _overdue_cycles(ctx) -> None:
         except KeyError:  # no longer in the layout
             continue
         bound = ctx.cycle_overdue_factor * spec.cycle_seconds
-        if (db.now - row.since).total_seconds() <= bound or not stopped_pieces(db, row.equipment_id):
+        since = max(row.since, ctx.heard_since) if ctx.heard_since else row.since
+        if (db.now - since).total_seconds() <= bound or not stopped_pieces(db, row.equipment_id):
             continue
         alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{row.equipment_id}: no cycle has ended for more than "
                                f"{bound:g} s ({ctx.cycle_overdue_factor:g} × its {spec.cycle_seconds:g} s cycle)",
