@@ -270,6 +270,12 @@ def main() -> int:
         broken = [r for r in results if not r["exact"] or r["asked"] or not r["same_processes"] or r["500s"]]
         print("drill:", "FAILED" if broken else "passed")
         return 1 if broken else 0
+    except BaseException:
+        if stack is not None:  # the whole story, for whoever reads the failure
+            kept = Path(tempfile.gettempdir()) / f"linectl-ha-drill-{os.getpid()}.log"
+            kept.write_text("\n".join(stack.lines) + "\n")
+            print(f"the stack's whole log: {kept}")
+        raise
     finally:
         if stack is not None:
             stack.cleanup()

@@ -37,6 +37,10 @@ class ReplicaPair:
 
     # -- the servers --------------------------------------------------------------
 
+    def tool(self, name: str) -> str:
+        """The path of one of the servers' own client tools (pg_restore, psql)."""
+        return self._tools.binary(name)
+
     def _run(self, *args: str, timeout: float = 120) -> str:
         return self._tools._run([self._tools.binary(args[0]), *args[1:]], timeout=timeout)
 
