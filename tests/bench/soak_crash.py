@@ -26,6 +26,14 @@ stack is ready again).
 ``--protocol opcua`` runs the simulator as an OPC UA server (LINECTL_SIM_PROTOCOL)
 and the hardware service speaks OPC UA to it; faults go through its SimControl methods.
 
+``--failover`` runs the stack on a primary and its synchronous standby
+(tests/support/replica_pair.py) named by one multi-host URL, and adds a fourth
+victim: ``failover``, a ``kill -9`` of the primary's server that the standby
+takes over from (promoted as an HA manager would; the old primary then rejoins
+as the new one's standby, so the next failover goes back). The ``postgres``
+victim stays a crash of the primary that comes back in place: kills of the
+primary alternate with failovers. A failover must ask nothing and lose nothing.
+
 ``--quantity 0`` runs the kill/restart/readiness cycle without an order.
 Bounded: each restart must be ready within 120 s, the orders must finish
 within ``--finish-seconds`` after the last kill.
@@ -47,20 +55,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from services.hardware.sim.control import sim_control  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
+from shared.db.engine import sqlalchemy_url  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
 from tests.ops.invariants import line_invariants  # noqa: E402
 from tests.ops.operator import resolve_open_faults, resolve_open_recovery  # noqa: E402
 from tests.ops.stack import Stack  # noqa: E402
 
 VICTIMS = (("line_controller", 0.6), ("hardware", 0.25), ("postgres", 0.15))
+FAILOVER = "failover"
+# --failover: as many failovers as PostgreSQL crashes in place (issue 40)
+VICTIMS_FAILOVER = (("line_controller", 0.45), ("hardware", 0.2), ("postgres", 0.15), (FAILOVER, 0.2))
 CLEAN = "hardware (SIGTERM)"
 MACHINES = ("MC1", "MC2", "WASH1", "INSP1")
 ESTOP = "e-stop"
 
 
 def restart_postgres(stack: Stack) -> None:
+    if PAIR:  # the primary's server dies and comes back in place; its standby stays
+        PAIR[0].kill_primary()
+        PAIR[0].restart_primary()
+        return
     # immediate: like a crash, no checkpoint; WAL replay on start
     EmbeddedPostgres(stack.data_dir / "pg").restart("immediate")
+
+
+PAIR: list = []  # --failover: the ReplicaPair the stack runs on
 
 
 def _asked(db_url: str) -> dict[tuple[str, str], int]:
@@ -129,17 +148,27 @@ def main() -> int:
     parser.add_argument("--finish-seconds", type=float, default=900.0)
     parser.add_argument("--protocol", choices=("modbus", "opcua"), default="modbus",
                         help="what the simulator serves and the hardware service speaks")
+    parser.add_argument("--failover", action="store_true",
+                        help="a primary and its synchronous standby; kills of the primary alternate with failovers")
     args = parser.parse_args()
+    args.victims = VICTIMS_FAILOVER if args.failover else VICTIMS
     # SIGTERM (e.g. `timeout`) ends the run through the cleanup below, not around it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="linectl-soak-") as tmp:
         stack = Stack(Path(tmp) / "data", {}, sim_speed=args.sim_speed,
                       extra_env={"LINECTL_LOG_LEVEL": "WARNING", "LINECTL_SIM_PROTOCOL": args.protocol})
+        if args.failover:
+            from tests.support.replica_pair import ReplicaPair
+
+            PAIR.append(ReplicaPair().start())
+            stack.env["LINECTL_DATABASE_URL"] = PAIR[0].url
         try:
             return run(stack, args, rng)
         finally:
             stack.cleanup()
+            for pair in PAIR:
+                pair.stop()
 
 
 PRODUCTS = ("SHAFT-B", "BRACKET-A")  # in turn: BRACKET-A's route has the washer's batches
@@ -165,8 +194,9 @@ def order_status(stack: Stack, token: str, order_id: int) -> str | None:
 
 def kill_schedule(args, rng: random.Random) -> list[str]:
     """What to stop, in order: each kind at least once, the rest by weight, and the clean restarts."""
-    schedule = [name for name, _ in VICTIMS if name != "line_controller"]  # each kind at least once
-    schedule += rng.choices([n for n, _ in VICTIMS], [w for _, w in VICTIMS], k=args.kills - len(schedule))
+    victims = args.victims
+    schedule = [name for name, _ in victims if name != "line_controller"]  # each kind at least once
+    schedule += rng.choices([n for n, _ in victims], [w for _, w in victims], k=args.kills - len(schedule))
     schedule += [CLEAN] * args.clean_restarts
     schedule += [ESTOP if rng.random() < 0.3 else f"fault {rng.choice(MACHINES)}" for _ in range(args.faults)]
     rng.shuffle(schedule)
@@ -247,6 +277,9 @@ def stop_victim(stack: Stack, victim: str) -> int | None:
     if victim == "postgres":
         restart_postgres(stack)
         return 0
+    if victim == FAILOVER:
+        PAIR[0].fail_over()
+        return 0
     pid = stack.process(_process_of(victim))
     if pid is None:
         return None
@@ -263,8 +296,10 @@ def wait_restarted(stack: Stack, db_url: str, victim: str, pid: int, seq_before:
     """Until the stopped process's successor runs, the stack is ready, and (for a
     service) the loop has checked the line against it: what the stop caused is
     asked before anything else happens, and is not laid at the next stop's door."""
-    if victim == "postgres":
+    if victim in ("postgres", FAILOVER):
         stack.wait_ready(120)
+        if victim == FAILOVER:  # the old primary back as a standby, for the next failover
+            PAIR[0].rejoin()
         return
     from tests.support.waiting import wait_for
 
@@ -334,10 +369,10 @@ def run(stack: Stack, args, rng: random.Random) -> int:
     t0 = time.monotonic()
     stack.up()
     stack.wait_line("linectl: ready", 180)
-    db_url, amqp = stack.database_url(), stack.amqp_uri()
+    db_url, amqp = sqlalchemy_url(stack.database_url()), stack.amqp_uri()
     token = stack.token("operator")
     orders: list[int] = []
-    kills = {name: 0 for name, _ in VICTIMS}
+    kills = {name: 0 for name, _ in args.victims}
     answered = during_order = 0
     schedule = kill_schedule(args, rng)
     kills[CLEAN] = 0

@@ -65,15 +65,7 @@ class ReplicaPair:
                   "--encoding=UTF8", "--locale=C", "--no-instructions")
         self._start(self.primary_dir, self.primary_port)
         self.admin(f'CREATE DATABASE "{self.database}"')
-        self._own(self.standby_dir)
-        self._run("pg_basebackup", "-D", str(self.standby_dir), "-X", "stream", "-R", "--checkpoint=fast",
-                  "-d", f"host=127.0.0.1 port={self.primary_port} user=postgres "
-                        f"application_name={STANDBY_NAME}")
-        self._start(self.standby_dir, self.standby_port)
-        # from now on every commit waits until the standby has it: a failover loses nothing
-        self.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'",
-                    "SELECT pg_reload_conf()")
-        wait_for(self._standby_is_synchronous, 30, 0.1, "the standby streaming synchronously")
+        self._follow_primary()
         return self
 
     def admin(self, *statements: str) -> None:
@@ -129,6 +121,10 @@ class ReplicaPair:
                 pass
         wait_for(lambda: _gone(pid), 10, 0.02, "the primary's postmaster gone")
 
+    def restart_primary(self) -> None:
+        """The killed primary starts again in place (crash recovery from its WAL)."""
+        self._start(self.primary_dir, self.primary_port)
+
     def promote(self) -> float:
         """The standby takes over; returns the moment (time.monotonic()) it accepts writes."""
         self._run("pg_ctl", "-D", str(self.standby_dir), "-w", "-t", "60", "promote")
@@ -156,6 +152,31 @@ class ReplicaPair:
     def fail_over(self) -> float:
         self.kill_primary()
         return self.promote()
+
+    def rejoin(self) -> None:
+        """After a failover: the old primary comes back as the new one's synchronous
+        standby (a fresh base backup, as Patroni reinitialises a member that cannot
+        rewind), and the two swap roles, so that the next failover goes back."""
+        assert self.promoted, "no failover to rejoin after"
+        if self.postmaster_pid(self.primary_dir) is not None and (self.primary_dir / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.primary_dir), "-w", "-m", "immediate", "stop", timeout=30)
+        shutil.rmtree(self.primary_dir)
+        self.primary_dir, self.standby_dir = self.standby_dir, self.primary_dir
+        self.primary_port, self.standby_port = self.standby_port, self.primary_port
+        self._follow_primary()
+        self.promoted = False
+
+    def _follow_primary(self) -> None:
+        """The standby made from the primary by ``pg_basebackup``, streaming synchronously."""
+        self._own(self.standby_dir)
+        self._run("pg_basebackup", "-D", str(self.standby_dir), "-X", "stream", "-R", "--checkpoint=fast",
+                  "-d", f"host=127.0.0.1 port={self.primary_port} user=postgres "
+                        f"application_name={STANDBY_NAME}")
+        self._start(self.standby_dir, self.standby_port)
+        # from now on every commit waits until the standby has it: a failover loses nothing
+        self.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'",
+                    "SELECT pg_reload_conf()")
+        wait_for(self._standby_is_synchronous, 30, 0.1, "the standby streaming synchronously")
 
     def stop(self) -> None:
         for pgdata in (self.standby_dir, self.primary_dir):
