@@ -53,8 +53,9 @@ def _status(nameko_config, service):
         return None
 
 
+# The line_controller's ``nameko run`` is the next test's: it runs it the same way, waits
+# for the same status() over the transport and checks the same output, then adds the shell.
 @pytest.mark.parametrize("service, module", [
-    ("line_controller", "services.line_controller.service"),
     ("hardware", "services.hardware.service"),
 ])
 def test_nameko_run_with_the_shipped_config_serves(service, module, service_env, nameko_config):
@@ -69,14 +70,18 @@ def test_nameko_run_with_the_shipped_config_serves(service, module, service_env,
 
 
 def test_nameko_shell_with_the_shipped_config_reaches_a_service(service_env, nameko_config):
+    """Also the line_controller's ``nameko run`` with the shipped config (see above)."""
     proc = _run("services.line_controller.service", service_env)
     try:
-        wait_for(lambda: _status(nameko_config, "line_controller"), 90, 0.5, "the line_controller up")
+        status = wait_for(lambda: proc.poll() is None and _status(nameko_config, "line_controller"), 90, 0.5,
+                          "line_controller.status() over the transport")
         shell = subprocess.run([NAMEKO, "shell", "--config", CONFIG], env=service_env, cwd=ROOT,
                                input="print('lastSeq', n.rpc.line_controller.status()['lastSeq'])\n",
                                capture_output=True, text=True, timeout=90)
     finally:
-        _stop(proc)
+        out = _stop(proc)
+    assert isinstance(status, dict), out
+    assert "must define a name" not in out
     assert re.search(r"lastSeq \d+", shell.stdout), shell.stdout + shell.stderr
 
 
