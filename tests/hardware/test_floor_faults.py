@@ -3,7 +3,15 @@ deploy/OPCUA_MAP.md): the emergency stop, the PLC restart, the abort of a
 running cycle, a fault mid-cycle, each driven as a host would, over Modbus and
 over OPC UA (the same tests on both protocols; what only one PLC has stays
 Modbus-only). The simulator's clock is the test's, so a cycle ends exactly when
-the test says (no race with a poll)."""
+the test says (no race with a poll).
+
+What the simulator's model does and OPC UA only shows again runs once, over
+Modbus (``MODEL_ONLY``): an e-stop ending a hung robot action, an aborted hung
+cycle, a fault's aborted cycle and its restart, a faulted batch. Each thing
+those cases show or call over OPC UA is proven there by another case (the
+e-stop's faults, robot state and refused start; the abort; the slots' fields)
+or by tests/hardware/test_faults.py through the service (the hangs, a machine
+fault refusing a start, an inspection's verdict)."""
 
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ from tests.support.waiting import wait_for
 
 MACHINES = ("MC1", "MC2", "WASH1", "INSP1")
 MACHINE_FAULT = 6  # PLC error code "machine fault"
+MODEL_ONLY = pytest.mark.parametrize("protocol", ["modbus"])  # the model's alone (see above)
 
 
 class TestClock:
@@ -133,6 +142,7 @@ def test_an_emergency_stop_faults_every_machine_and_the_robot_until_clear(host, 
     works_again(host, clock)
 
 
+@MODEL_ONLY
 def test_an_emergency_stop_ends_a_hung_robot_action_too(host, paused_sim, inject):
     inject.robot_hang()
     hung = host.dock_to_buffer(1)
@@ -210,6 +220,7 @@ def test_an_abort_stops_running_and_queued_cycles_and_a_start_runs_them_from_the
     assert (mc1["slots"][0]["done"], mc1["slots"][1]["done"], mc1["running"]) == (1, 0, 0)
 
 
+@MODEL_ONLY
 def test_an_aborted_hung_cycle_never_reports_done(host, clock, inject, paused_sim):
     load(host, clock, 1, "MC2", 1, job=5)
     inject.machine_hang("MC2")
@@ -227,6 +238,7 @@ def test_an_aborted_hung_cycle_never_reports_done(host, clock, inject, paused_si
     assert ends == ["aborted", "done"]
 
 
+@MODEL_ONLY
 def test_a_machine_fault_mid_cycle_aborts_it_and_a_start_after_clear_runs_it_again(host, clock, inject,
                                                                                   paused_sim):
     load(host, clock, 1, "MC1", 1, job=41)
@@ -250,6 +262,7 @@ def test_a_machine_fault_mid_cycle_aborts_it_and_a_start_after_clear_runs_it_aga
     assert log[1][3] - started >= 12.0
 
 
+@MODEL_ONLY
 def test_a_fault_stops_a_whole_batch_and_an_inspection_without_a_verdict(host, clock, inject):
     for n in (1, 2, 3, 4):
         load(host, clock, n, "WASH1", n, job=60 + n)
