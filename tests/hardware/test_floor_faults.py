@@ -10,8 +10,8 @@ Modbus (``MODEL_ONLY``): an e-stop ending a hung robot action, an aborted hung
 cycle, a fault's aborted cycle and its restart, a faulted batch. Each thing
 those cases show or call over OPC UA is proven there by another case (the
 e-stop's faults, robot state and refused start; the abort; the slots' fields)
-or by tests/hardware/test_faults.py through the service (the hangs, a machine
-fault refusing a start, an inspection's verdict)."""
+or through the service by tests/hardware/test_faults.py (the hangs, a machine
+fault refusing a start) and test_actions.py (an inspection's verdict)."""
 
 from __future__ import annotations
 
