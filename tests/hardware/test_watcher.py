@@ -11,7 +11,10 @@ from shared import events as ev
 from tests.hardware.conftest import PROTOCOLS, line_of, more_polls, settle
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.parametrize("protocol", PROTOCOLS)
+# Every case on both protocols (a poll over Modbus, a notification over OPC UA), but
+# the dock's refill: a second pallet is the simulator's model, and its PALLET_ARRIVED
+# edge over OPC UA is test_watcher_edges_directly_against_the_simulator's.
+BOTH = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 def run(container, received, method, *args):
@@ -19,6 +22,7 @@ def run(container, received, method, *args):
         return received.result(rpc(*args)["actionId"])
 
 
+@BOTH
 def test_done_edges_are_reported_once_each(hardware, received, sim):
     for slot, job in ((1, 11), (2, 12)):
         run(hardware, received, "dock_to_buffer", f"d{slot}", slot, job)
@@ -38,6 +42,7 @@ def _untimed(signals):
     return [(t, {k: v for k, v in p.items() if k not in ("observedAt", "plcState")}) for t, p in signals]
 
 
+@BOTH
 def test_watcher_edges_directly_against_the_simulator(layout, sim):
     watcher = SignalWatcher(open_port(sim.address, layout, timeout=5.0), layout)
     before = datetime.now(UTC)
@@ -68,6 +73,7 @@ def test_the_dock_refills_after_it_runs_empty(hardware, received):
     assert [p["count"] for p in received.of(ev.PALLET_ARRIVED)] == [4, 4]
 
 
+@BOTH
 def test_a_new_piece_done_on_the_same_slot_between_two_polls_is_an_edge(layout, sim):
     """At high speed unload, load and a whole cycle can fall between two polls:
     the slot looks done both times, but it is another piece."""
@@ -85,6 +91,7 @@ def test_a_new_piece_done_on_the_same_slot_between_two_polls_is_an_edge(layout, 
     watcher.port.close()
 
 
+@BOTH
 def test_buffer_to_dock_takes_a_finished_piece_out(hardware, received, sim):
     run(hardware, received, "dock_to_buffer", "d", 3, 31)
     assert sim.model.mem[layout_buffer(sim, 3)] == 1
@@ -98,6 +105,7 @@ def layout_buffer(sim, slot_no):
     return sim.model.map.buffer_base + slot_no - 1
 
 
+@BOTH
 def test_a_machine_fault_is_reported_when_it_comes_and_when_it_clears(layout, sim):
     from services.hardware import plc as P
 
