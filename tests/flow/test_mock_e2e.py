@@ -71,8 +71,9 @@ def _figures_agree_with_the_order(line, order, batches):
 
 
 # Priority is the scheduler's, whatever carries the messages or speaks to the PLC
-# (tests/scheduler pins its rules down): one run, on the default transport and OPC UA.
-@pytest.mark.parametrize("protocol", ["opcua"])
+# (tests/scheduler pins its rules down): one run, on the default transport and Modbus
+# (the cheaper simulator: an order over OPC UA is the test above's rabbitmq-opcua run).
+@pytest.mark.parametrize("protocol", ["modbus"])
 def test_two_orders_at_once_the_urgent_one_goes_first(line):
     relaxed = line.order("SHAFT-B", 12, priority=5)
     urgent = line.order("BRACKET-A", 6, priority=0)
