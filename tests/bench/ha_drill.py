@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import psycopg2  # noqa: E402
 
+from tests.ops.operator import loop_status  # noqa: E402
 from tests.ops.stack import Stack  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
@@ -202,6 +203,7 @@ def fail_over(cluster: Cluster, stack: Stack, token: str, order_id: int, quantit
              120, 0.2, "two pieces done")
     pids = {name: stack.process(name) for name in ("line_controller", "hardware", "gateway")}
     seq_before = last_seq(cluster.url)
+    duplicates_before = loop_status(stack.amqp_uri())["duplicatesTotal"]
     statuses: dict[int, int] = {}
     died = time.monotonic()
     cluster.kill_postgres(leader)
@@ -231,11 +233,13 @@ def fail_over(cluster: Cluster, stack: Stack, token: str, order_id: int, quantit
     order = stack.get(f"/api/work-orders/{order_id}", token)[1]
     asked = stack.get("/api/manual-actions?status=OPEN", token)[1].get("items", [])
     same = {name: stack.process(name) for name in pids} == pids
+    # a redelivery of a message the loop had handled is a duplicate it drops
+    redelivered = loop_status(stack.amqp_uri())["duplicatesTotal"] - duplicates_before
     return {"from": leader, "to": cluster.leader(), "first_event_s": round(first_event, 2),
             "readyz_200_s": round(ready, 2), "answers": statuses,
             "exact": order["completedQty"] + order["scrappedQty"] == quantity,
             "asked": [a["kind"] for a in asked], "same_processes": same,
-            "500s": statuses.get(500, 0)}
+            "500s": statuses.get(500, 0), "redelivered_handled": redelivered}
 
 
 def main() -> int:

@@ -79,7 +79,7 @@ def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_p
     wait_for(lambda: floor.row("SELECT count(*) AS n FROM job WHERE work_order_id = :o AND status = 'COMPLETED'",
                                o=order["id"]).n >= 2, 60, 0.05, "two pieces done")
     hardware_before = floor.hardware.known_actions()["instanceId"]
-    handled_before = floor.proxy.status()["handledTotal"]
+    handled_before, duplicates_before = (floor.proxy.status()[k] for k in ("handledTotal", "duplicatesTotal"))
     seq_before = floor.row("SELECT max(seq) AS s FROM event_log").s
     caller = Caller(floor.http)
     died = time.monotonic()
@@ -118,4 +118,6 @@ def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_p
     with ServiceRpcProxy(ev.HARDWARE, nameko_config, timeout=10) as hardware, \
             ServiceRpcProxy(ev.LINE_CONTROLLER, nameko_config, timeout=10) as line_controller:
         assert hardware.known_actions()["instanceId"] == hardware_before
-        assert line_controller.status()["handledTotal"] > handled_before
+        status = line_controller.status()
+        assert status["handledTotal"] > handled_before
+    print(f"failover: {status['duplicatesTotal'] - duplicates_before} handled message(s) redelivered")

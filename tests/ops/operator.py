@@ -22,6 +22,14 @@ def plc_state(amqp_uri: str, timeout: float = 5.0) -> dict | None:
         return None
 
 
+def loop_status(amqp_uri: str, timeout: float = 10.0) -> dict:
+    """The line_controller's ``status()`` (its queue, counters and holds)."""
+    from nameko.standalone.rpc import ClusterRpcProxy
+
+    with ClusterRpcProxy({"AMQP_URI": amqp_uri, "serializer": "json"}, timeout=timeout) as rpc:
+        return rpc.line_controller.status()
+
+
 def _slot(plc, equipment_id, slot_no):
     machine = next((m for m in plc.get("equipment", []) if m["id"] == equipment_id), {})
     return next((s for s in machine.get("slots", []) if s["slotNo"] == slot_no), {})

@@ -53,8 +53,13 @@ class ReplicaPair:
                 os.chown(p, pw.pw_uid, pw.pw_gid)
         path.chmod(0o700)
 
+    def _socket_dir(self, port: int) -> Path:
+        # outside the data directory: a base backup would copy its lock file along
+        return self.root / f"socket-{port}"
+
     def _start(self, pgdata: Path, port: int) -> None:
-        options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={pgdata}"
+        self._own(self._socket_dir(port))
+        options = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self._socket_dir(port)}"
                    " -c max_connections=200 -c fsync=off")
         self._run("pg_ctl", "-D", str(pgdata), "-w", "-t", "60", "-l", str(pgdata / "server.log"),
                   "-o", options, "start")
@@ -122,8 +127,18 @@ class ReplicaPair:
         wait_for(lambda: _gone(pid), 10, 0.02, "the primary's postmaster gone")
 
     def restart_primary(self) -> None:
-        """The killed primary starts again in place (crash recovery from its WAL)."""
+        """The killed primary starts again in place (crash recovery from its WAL).
+        Its postmaster may linger as a zombie nobody reaps here (a container's init),
+        which PostgreSQL's lock file check takes for a live server: a machine that
+        lost power has no such process, so the stale lock files go."""
+        self._clear_stale_locks(self.primary_dir, self.primary_port)
         self._start(self.primary_dir, self.primary_port)
+
+    def _clear_stale_locks(self, pgdata: Path, port: int) -> None:
+        pid = self.postmaster_pid(pgdata)
+        if pid is not None and _gone(pid):
+            for lock in (pgdata / "postmaster.pid", self._socket_dir(port) / f".s.PGSQL.{port}.lock"):
+                lock.unlink(missing_ok=True)
 
     def promote(self) -> float:
         """The standby takes over; returns the moment (time.monotonic()) it accepts writes."""
@@ -158,8 +173,10 @@ class ReplicaPair:
         standby (a fresh base backup, as Patroni reinitialises a member that cannot
         rewind), and the two swap roles, so that the next failover goes back."""
         assert self.promoted, "no failover to rejoin after"
-        if self.postmaster_pid(self.primary_dir) is not None and (self.primary_dir / "postmaster.pid").exists():
+        pid = self.postmaster_pid(self.primary_dir)
+        if pid is not None and not _gone(pid):  # a demoted primary still runs
             self._run("pg_ctl", "-D", str(self.primary_dir), "-w", "-m", "immediate", "stop", timeout=30)
+        self._clear_stale_locks(self.primary_dir, self.primary_port)
         shutil.rmtree(self.primary_dir)
         self.primary_dir, self.standby_dir = self.standby_dir, self.primary_dir
         self.primary_port, self.standby_port = self.standby_port, self.primary_port
