@@ -1,10 +1,15 @@
 """``linectl up`` as a real process: the start-up summary, readiness, a killed
 process restarted, a truthful /readyz, a PostgreSQL restart survived, an
-orderly stop on SIGTERM, and a second ``up`` that resumes on the same data."""
+orderly stop on SIGTERM, and a second ``up`` that resumes on the same data,
+passes SIGHUP on to the gateway and stops cleanly (SIGTERM) within 2 s: no
+service waits out a message drain's timeout, nor the interpreter's teardown, on
+its way out. (The hangup and the timed stop were a test of their own, on a
+stack of their own: the second ``up`` here is as idle, and one start less.)"""
 
 import os
 import re
 import signal
+import time
 from urllib.parse import quote
 
 import psycopg2
@@ -12,6 +17,8 @@ import psycopg2
 from shared.db.embedded import EmbeddedPostgres
 from tests.ops.stack import NAMES
 from tests.support.waiting import wait_for
+
+CLEAN_STOP_SECONDS = 2.0
 
 
 def check_the_summary_and_processes(stack) -> tuple[str, dict]:
@@ -110,7 +117,25 @@ def test_up_runs_supervises_stops_and_resumes(stack_factory):
     assert "tokens (generated once" not in stack.output()
     code, body = stack.get(f"/api/work-orders/{order['id']}", token)
     assert code == 200 and body["code"] == order["code"]
-    assert stack.terminate() == 0
+    hangup_then_a_clean_stop(stack)
+
+
+def hangup_then_a_clean_stop(stack) -> None:
+    """SIGHUP reaches the gateway (reloaded, not restarted); SIGTERM stops it all
+    within CLEAN_STOP_SECONDS, nothing killed for being slow."""
+    gateway = stack.process("gateway")
+    mark = len(stack.lines)
+    stack.proc.send_signal(signal.SIGHUP)
+    stack.wait_line("SIGHUP: the workers re-read the tokens", timeout=30, after=mark)
+    assert stack.proc.poll() is None and stack.process("gateway") == gateway
+
+    started = time.monotonic()
+    assert stack.terminate(timeout=30) == 0
+    took = time.monotonic() - started
+    assert took <= CLEAN_STOP_SECONDS, f"clean stop took {took:.2f}s:\n" + "\n".join(stack.lines[-30:])
+    assert "embedded PostgreSQL stopped" in stack.output()
+    assert "did not stop in" not in stack.output()  # nothing was killed for being slow
+    wait_for(lambda: not stack.pids(), 10, 0.05, "no process of the stack left")
 
 
 def live_rpc_consumers(url: str, service: str) -> int:

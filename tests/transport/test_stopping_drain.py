@@ -1,7 +1,7 @@
 """A stopping pgsql:// transport ends an idle drain at once, not at the end of
 the caller's timeout: nameko's QueueConsumer sees its cancels and its stop
 only when a drain returns (``linectl up``'s clean stop is timed in
-tests/ops/test_stop_and_hangup.py)."""
+tests/ops/test_up.py)."""
 
 import threading
 import time
