@@ -118,10 +118,12 @@ def kill(stack, name, moment, what, sig=signal.SIGKILL):
     return found, mark
 
 
-def line_up(stack_factory, sim_speed: float, protocol: str = "modbus"):
+def line_up(stack_factory, sim_speed: float, protocol: str = "modbus", extra_env: dict | None = None):
     """``linectl up`` on the simulator at ``sim_speed``, serving ``protocol``
-    (LINECTL_SIM_PROTOCOL), once ready: the stack, an operator's token, and its Line."""
-    stack = stack_factory(sim_speed=sim_speed, extra_env={"LINECTL_SIM_PROTOCOL": protocol}).up()
+    (LINECTL_SIM_PROTOCOL; ``extra_env``: more settings), once ready: the stack, an
+    operator's token, and its Line."""
+    stack = stack_factory(sim_speed=sim_speed,
+                          extra_env={"LINECTL_SIM_PROTOCOL": protocol, **(extra_env or {})}).up()
     stack.wait_line("linectl: ready", 180)
     assert ("OPC UA on opc.tcp://" if protocol == "opcua" else "Modbus TCP on") in stack.output()
     return stack, stack.token("operator"), Line(stack.database_url(), stack.amqp_uri())

@@ -5,7 +5,14 @@ the hardware service while the robot carries a piece, the line_controller
 again while a machine runs. After each restart an automated operator answers
 the recovery questions by looking at the cell (``tests/ops/operator.py``).
 The order must finish with exact counts and every invariant must hold, on
-both field protocols: the simulator over Modbus TCP and over OPC UA."""
+both field protocols: the simulator over Modbus TCP and over OPC UA.
+
+Over OPC UA the session is secured as a plant would run it (PRODUCT.md, "Field
+protocols"): Basic256Sha256 with SignAndEncrypt, the hardware service's client
+certificate generated once into the data directory (and reused by each restarted
+instance), a user name and password. That ``linectl up`` runs an order to the end
+over such a session was a test of its own (test_up_opcua, a 20-piece order on a
+stack of its own); this order proves it, killed processes and all."""
 
 import pytest
 from sqlalchemy import text
@@ -14,11 +21,18 @@ from tests.ops.crashing import CARRYING, completes_exactly, kill, line_up, repor
 from tests.ops.operator import resolve_open_recovery
 
 QUANTITY = 6
+SECURED = {"LINECTL_OPCUA_SECURITY": "sign-and-encrypt", "LINECTL_OPCUA_USER": "cell-integrator",
+           "LINECTL_OPCUA_PASSWORD": "a-long-cell-password-42"}
 
 
 @pytest.mark.parametrize("protocol", ["modbus", "opcua"])
 def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory, protocol):
-    stack, token, line = line_up(stack_factory, sim_speed=40.0, protocol=protocol)
+    secured = SECURED if protocol == "opcua" else {}
+    stack, token, line = line_up(stack_factory, sim_speed=40.0, protocol=protocol, extra_env=secured)
+    if secured:
+        assert f"OPC UA on opc.tcp://127.0.0.1:{stack.sim_port}, security sign-and-encrypt" in stack.output()
+        # the hardware service's client certificate, generated once into the data directory
+        assert (stack.data_dir / "opcua" / "linectl-hardware.der").is_file()
     answered = 0
 
     def answer():
