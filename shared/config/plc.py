@@ -66,7 +66,7 @@ class PlcSettings:
         return "none" if self.plc == "sim" else "sign-and-encrypt"
 
 
-def _plc(name: str, raw: str) -> str:
+def parse_plc(name: str, raw: str) -> str:
     raw = raw.strip()
     if raw == "sim":
         return raw
@@ -88,7 +88,7 @@ def _plc(name: str, raw: str) -> str:
 
 
 PARSERS = {
-    "PLC": ("plc", _plc),
+    "PLC": ("plc", parse_plc),
     "SIM_HOST": ("sim_host", lambda n, r: r.strip()),
     "SIM_PORT": ("sim_port", lambda n, r: parse_int(n, r, 1, 65535)),
     "SIM_SPEED": ("sim_speed", lambda n, r: parse_float(n, r, 0.0, 10000.0)),
