@@ -48,7 +48,10 @@ def test_three_kills_during_an_order_lose_and_duplicate_nothing(stack_factory, p
         stack.wait_line("recovery check:", after=mark)
         answer()
         # 2. The hardware service, while it holds a piece being carried to or from a machine.
-        carried, _ = kill(stack, "hardware", lambda: line.held_task(CARRYING), "a piece being carried")
+        carried, mark = kill(stack, "hardware", lambda: line.held_task(CARRYING), "a piece being carried")
+        # the new instance's check asks about the carried piece: answer once it has
+        # (a secured OPC UA session takes a while to open on a loaded machine)
+        stack.wait_line("recovery check:", after=mark, timeout=60)
         answer()
         # 3. The line_controller again, while a machine runs its cycle.
         _, mark = kill(stack, "line_controller", line.running_machine, "a machine cycle")
