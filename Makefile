@@ -22,11 +22,6 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/linectl up
 
-# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE
-# is set on some machines): the suite starts some 300 Python processes, and each
-# would compile the project, and each shard rewrite every test module, again.
-unexport PYTHONDONTWRITEBYTECODE
-
 # The suite in parallel shards (tests/run_suite.py says why and how); a single
 # test: $(BIN)/python -m pytest tests/…::name
 test: $(STAMP)

@@ -33,11 +33,6 @@ from tests.support.db import TestDatabases  # noqa: E402
 
 def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
-    # A shard starts some 25 OPC UA simulators: asyncua's standard address space is
-    # built by the first and copied by the rest (services/hardware/sim/asyncua_server.py).
-    from services.hardware.sim.asyncua_server import StandardSpace
-
-    StandardSpace.reuse()
 
 
 # nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,

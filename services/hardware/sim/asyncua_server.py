@@ -1,12 +1,11 @@
 """What the simulator's OPC UA server needs of asyncua's ``Server`` that asyncua
 has no setting for: one user name and password, a floor under the publishing
-interval, a method's arguments described, a stop that does not wait for its
-clock, and its standard address space built once per process."""
+interval, a method's arguments described, and a stop that does not wait for
+its clock."""
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 
 from asyncua import Server, ua
 from asyncua.crypto.permission_rules import User, UserRole
@@ -22,39 +21,6 @@ class PasswordUsers:
         if username == self.user and password == self.password:
             return User(role=UserRole.User, name=username)
         return None
-
-
-class StandardSpace:
-    """asyncua's standard address space (some 6,000 nodes: half a second of CPU
-    to build) built once per process, then loaded from a pickled copy (a quarter
-    of that), as asyncua's own shelf would do it (its ``dbm`` here is the slow
-    ``dbm.dumb``). Off by default: pickling the first copy costs more than it saves
-    in a process that starts one simulator (``linectl up``'s); a process that
-    starts many (the suite) turns it on with :meth:`reuse`."""
-
-    _enabled = False
-    _pickled: bytes | None = None
-
-    @classmethod
-    def reuse(cls) -> None:
-        cls._enabled = True
-
-    @classmethod
-    def install(cls, server: Server) -> None:
-        """Before ``server.init()``: its standard nodes come from the copy, if any."""
-        if not cls._enabled:
-            return
-        iserver = server.iserver
-        build = iserver.load_standard_address_space
-
-        async def load_standard_address_space(shelf_file=None):
-            if cls._pickled is not None:
-                iserver.aspace._nodes = pickle.loads(cls._pickled)  # what asyncua's shelf replaces too
-                return
-            await build(shelf_file)
-            cls._pickled = pickle.dumps(iserver.aspace._nodes, protocol=pickle.HIGHEST_PROTOCOL)
-
-        iserver.load_standard_address_space = load_standard_address_space
 
 
 def publish_no_faster(server: Server, interval_ms: float) -> None:
