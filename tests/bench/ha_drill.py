@@ -203,7 +203,8 @@ def fail_over(cluster: Cluster, stack: Stack, token: str, order_id: int, quantit
              120, 0.2, "two pieces done")
     pids = {name: stack.process(name) for name in ("line_controller", "hardware", "gateway")}
     seq_before = last_seq(cluster.url)
-    duplicates_before = loop_status(stack.amqp_uri())["duplicatesTotal"]
+    transport = "pgsql://" + cluster.url.split("://", 1)[1]  # the stack's, with the password it masks
+    duplicates_before = loop_status(transport)["duplicatesTotal"]
     statuses: dict[int, int] = {}
     died = time.monotonic()
     cluster.kill_postgres(leader)
@@ -234,7 +235,7 @@ def fail_over(cluster: Cluster, stack: Stack, token: str, order_id: int, quantit
     asked = stack.get("/api/manual-actions?status=OPEN", token)[1].get("items", [])
     same = {name: stack.process(name) for name in pids} == pids
     # a redelivery of a message the loop had handled is a duplicate it drops
-    redelivered = loop_status(stack.amqp_uri())["duplicatesTotal"] - duplicates_before
+    redelivered = loop_status(transport)["duplicatesTotal"] - duplicates_before
     return {"from": leader, "to": cluster.leader(), "first_event_s": round(first_event, 2),
             "readyz_200_s": round(ready, 2), "answers": statuses,
             "exact": order["completedQty"] + order["scrappedQty"] == quantity,
