@@ -63,7 +63,7 @@ from tests.ops.stack import Stack  # noqa: E402
 
 VICTIMS = (("line_controller", 0.6), ("hardware", 0.25), ("postgres", 0.15))
 FAILOVER = "failover"
-# --failover: as many failovers as PostgreSQL crashes in place (issue 40)
+# --failover: failovers beside crashes of the primary that come back in place (issue 40)
 VICTIMS_FAILOVER = (("line_controller", 0.45), ("hardware", 0.2), ("postgres", 0.15), (FAILOVER, 0.2))
 CLEAN = "hardware (SIGTERM)"
 MACHINES = ("MC1", "MC2", "WASH1", "INSP1")
