@@ -39,7 +39,7 @@ ROLES = (CONTROLLER, GATEWAY)
 AI_TABLE_PREFIX = "ai_"
 PEOPLE_TABLE_PREFIX = "people_"
 TRANSPORT_TABLE_PREFIX = "mq_"
-NOT_DOMAIN = ("alembic_version",)
+NOT_DOMAIN = ("alembic_version", "plant_line")  # plant_line: read by both, written by migrate
 
 
 def connect_args(role: str | None) -> dict:
@@ -47,15 +47,22 @@ def connect_args(role: str | None) -> dict:
     return {"options": f"-c role={role}"} if role else {}
 
 
+def create_role(conn, role: str) -> None:
+    """A NOLOGIN group role, unless it exists."""
+    literal = role.replace("'", "''")
+    quoted = '"' + role.replace('"', '""') + '"'
+    conn.execute(text(f"""
+        DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{literal}') THEN
+                CREATE ROLE {quoted} NOLOGIN;
+            END IF;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- a concurrent migrate
+        END $$"""))
+
+
 def _create_roles(conn) -> None:
     for role in ROLES:
-        conn.execute(text(f"""
-            DO $$ BEGIN
-                IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
-                    CREATE ROLE {role} NOLOGIN;
-                END IF;
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- a concurrent migrate
-            END $$"""))
+        create_role(conn, role)
 
 
 def _tables(conn) -> list[str]:
@@ -64,7 +71,7 @@ def _tables(conn) -> list[str]:
     )).scalars().all()
 
 
-def _sequences_of(conn, tables: list[str]) -> list[str]:
+def sequences_of(conn, tables: list[str]) -> list[str]:
     if not tables:
         return []
     return conn.execute(text(
@@ -99,13 +106,15 @@ def apply(conn) -> bool:
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(line)} TO {CONTROLLER}",
     ]
     for role, owned in ((GATEWAY, gateway_writes), (CONTROLLER, line)):
-        seqs = _sequences_of(conn, owned)
+        seqs = sequences_of(conn, owned)
         if seqs:
             statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {quoted(seqs)} TO {role}")
     # A non-superuser owner may take the roles only as their member.
     for role in ROLES:
         if not conn.execute(text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": role}).scalar():
             statements.append(f"GRANT {role} TO CURRENT_USER")
+    if "plant_line" in tables:
+        statements.append(f"GRANT SELECT ON plant_line TO {CONTROLLER}, {GATEWAY}")
     for sql in statements:
         conn.execute(text(sql))
     return True

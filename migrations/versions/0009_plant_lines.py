@@ -1,0 +1,29 @@
+"""Revision 0009 (after 0008): the plant (issue 38). A table naming where each
+line's tables live. The line tables already here stay where they are: they
+become the first registered line's (``shared.db.lines.register_lines``), so a
+one-line database upgrades with nothing rewritten and its ``seq`` continuing.
+A new table only; nothing existing is locked."""
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0009'
+down_revision = '0008'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        'plant_line',
+        sa.Column('id', sa.String(length=32), nullable=False),
+        sa.Column('schema_name', sa.String(length=63), nullable=False),
+        sa.Column('role_name', sa.String(length=63), nullable=False),
+        sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+        sa.PrimaryKeyConstraint('id', name=op.f('pk_plant_line')),
+        sa.UniqueConstraint('schema_name', name=op.f('uq_plant_line_schema_name')),
+        sa.UniqueConstraint('role_name', name=op.f('uq_plant_line_role_name')),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table('plant_line')

@@ -1,0 +1,195 @@
+"""Where a line's tables live: a schema per line, and a role per line that can
+reach only that schema (PRODUCT.md, "Plant (several lines)", isolation).
+
+Every line has the same line tables (``work_order`` … ``audit_log``), in its own
+schema. The tables a one-line database already has, in ``public``, are its
+line's: the first line registered takes ``public`` with the role
+``linectl_controller``, so an upgraded database keeps every row where it was and
+its ``seq`` continues. Every other line gets the schema ``line_<id>`` (a copy of
+``public``'s line tables: columns, defaults, checks, keys, indexes, foreign keys)
+and the role ``linectl_line_<id>``, granted that schema's tables only.
+
+A line's controller connects with its role and ``search_path`` set to its schema
+(:meth:`LinePlacement.connect_options`): the loop's SQL names no schema and no
+line, and PostgreSQL refuses it any other line's table. Ids stay unique across
+the plant because every copy's id defaults draw on ``public``'s sequences; each
+schema's ``event_log`` numbers its own ``seq``, gapless per line.
+
+``plant_line`` records the placement, so reordering the plant file (which line
+is the default) never moves a line's data.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from shared.db import roles
+from shared.db.models import Base, line as line_models
+
+log = logging.getLogger(__name__)
+
+PUBLIC = "public"
+# Table names in dependency order (a table after the tables it refers to).
+LINE_TABLES = tuple(t.name for t in Base.metadata.sorted_tables
+                    if t.name in {m.__tablename__ for m in vars(line_models).values()
+                                  if isinstance(m, type) and issubclass(m, Base) and m is not Base})
+_REGISTER_LOCK = 0x6C696E6573  # pg_advisory_xact_lock key: one registration at a time
+
+
+class LineNotPlaced(RuntimeError):
+    """A line whose tables cannot be found or made; ``str()`` says why in one line."""
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class LinePlacement:
+    line_id: str
+    schema: str
+    role: str
+
+    def connect_options(self, with_role: bool = True) -> str:
+        """libpq ``options`` that scope a connection to this line."""
+        parts = [f"-c search_path={_option_value(quote(self.schema))}"]
+        if with_role:
+            parts.insert(0, f"-c role={_option_value(self.role)}")
+        return " ".join(parts)
+
+    @property
+    def qualified(self) -> str:
+        """The schema as SQL names it (``"line_cell-b"``)."""
+        return quote(self.schema)
+
+
+def _option_value(value: str) -> str:
+    # libpq splits ``options`` on spaces; a backslash keeps one literal.
+    return re.sub(r"([\\ ])", r"\\\1", value)
+
+
+def schema_for(line_id: str) -> str:
+    return f"line_{line_id}"
+
+
+def role_for(line_id: str) -> str:
+    return f"linectl_line_{line_id}"
+
+
+def placements(conn) -> dict[str, LinePlacement]:
+    """Every registered line's placement (empty before the first registration)."""
+    rows = conn.execute(text("SELECT id, schema_name, role_name FROM plant_line")).all()
+    return {r.id: LinePlacement(r.id, r.schema_name, r.role_name) for r in rows}
+
+
+def placement(conn, line_id: str, *, default: bool = True) -> LinePlacement:
+    """Where ``line_id``'s tables are. An unregistered default line is ``public``'s
+    when no other line has taken it (a one-line database before its first
+    registration); any other unregistered line raises :class:`LineNotPlaced`."""
+    known = placements(conn)
+    if line_id in known:
+        return known[line_id]
+    if default and not any(p.schema == PUBLIC for p in known.values()):
+        return LinePlacement(line_id, PUBLIC, roles.CONTROLLER)
+    raise LineNotPlaced(f"line {line_id!r} has no tables yet: run `linectl migrate` with the plant file")
+
+
+def register_lines(conn, line_ids: list[str] | tuple[str, ...], default: str | None = None) -> dict[str, LinePlacement]:
+    """Give every line of ``line_ids`` its tables and role (idempotent). ``default``
+    (the plant's default line) takes ``public`` if no line has it; the others get
+    schemas of their own. Needs the database owner (and CREATEROLE for the roles)."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _REGISTER_LOCK})
+    known = placements(conn)
+    order = ([default] if default in line_ids else []) + [i for i in line_ids if i != default]
+    for line_id in order:
+        if line_id in known:
+            continue
+        public_free = not any(p.schema == PUBLIC for p in known.values())
+        if line_id == default and public_free:
+            new = LinePlacement(line_id, PUBLIC, roles.CONTROLLER)
+        else:
+            new = LinePlacement(line_id, schema_for(line_id), role_for(line_id))
+            _copy_line_tables(conn, new.schema)
+        conn.execute(text("INSERT INTO plant_line (id, schema_name, role_name) VALUES (:i, :s, :r)"),
+                     {"i": new.line_id, "s": new.schema, "r": new.role})
+        log.info("line %s: tables in schema %s, role %s", new.line_id, new.schema, new.role)
+        known[line_id] = new
+    grant(conn, list(known.values()))
+    return known
+
+
+def grant(conn, lines: list[LinePlacement]) -> None:
+    """Each line's role: its own schema's tables, the shared id sequences, and
+    ``plant_line`` to read. The gateway reads every line. Roles are made where the
+    user may (as ``shared.db.roles.apply``)."""
+    may_create = conn.execute(text(
+        "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")).scalar()
+    sequences = roles.sequences_of(conn, list(LINE_TABLES))
+    for line in lines:
+        if line.schema == PUBLIC:
+            continue  # roles.apply grants public's line tables to linectl_controller
+        if may_create:
+            roles.create_role(conn, line.role)
+        role, schema = quote(line.role), line.qualified
+        for sql in (
+            f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}, {roles.GATEWAY}",
+            f"GRANT USAGE ON SCHEMA {schema} TO {role}, {roles.GATEWAY}",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+            f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {roles.GATEWAY}",
+            f"GRANT USAGE ON SCHEMA public TO {role}",
+        ):
+            conn.execute(text(sql))
+        if sequences:
+            conn.execute(text(f"GRANT USAGE, SELECT ON SEQUENCE {', '.join(sequences)} TO {role}"))
+        if not conn.execute(text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": line.role}).scalar():
+            conn.execute(text(f"GRANT {role} TO CURRENT_USER"))
+    conn.execute(text(f"GRANT SELECT ON plant_line TO {roles.CONTROLLER}, {roles.GATEWAY}"
+                      + "".join(f", {quote(p.role)}" for p in lines if p.schema != PUBLIC)))
+
+
+def _copy_line_tables(conn, schema: str) -> None:
+    """``schema``: a copy of ``public``'s line tables, empty but for the dock's row,
+    with the same names for every constraint and index."""
+    target = quote(schema)
+    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {target}"))
+    conn.execute(text("SET LOCAL search_path = ''"))  # definitions below name public.* in full
+    try:
+        for table in LINE_TABLES:
+            conn.execute(text(f"CREATE TABLE IF NOT EXISTS {target}.{table}"
+                              f" (LIKE public.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+                              " INCLUDING STORAGE INCLUDING COMMENTS)"))
+        for table in LINE_TABLES:
+            for name, definition in _keys_of(conn, table):
+                conn.execute(text(f"ALTER TABLE {target}.{table} ADD CONSTRAINT {quote(name)} "
+                                  + _in_schema(definition, target)))
+        for table in LINE_TABLES:
+            for definition in _plain_indexes_of(conn, table):
+                conn.execute(text(_in_schema(definition, target)))
+        conn.execute(text(f"INSERT INTO {target}.dock (id) VALUES (1) ON CONFLICT DO NOTHING"))
+    finally:
+        conn.execute(text("SET LOCAL search_path = DEFAULT"))
+
+
+def _keys_of(conn, table: str) -> list[tuple[str, str]]:
+    """Primary, unique, then foreign keys of ``public.<table>`` (what LIKE leaves out)."""
+    return [(r.conname, r.definition) for r in conn.execute(text(
+        "SELECT conname, pg_get_constraintdef(oid) AS definition FROM pg_constraint"
+        " WHERE conrelid = to_regclass(:t) AND contype IN ('p', 'u', 'f')"
+        " ORDER BY CASE contype WHEN 'p' THEN 0 WHEN 'u' THEN 1 ELSE 2 END, conname"),
+        {"t": f"public.{table}"})]
+
+
+def _plain_indexes_of(conn, table: str) -> list[str]:
+    return list(conn.execute(text(
+        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i"
+        " WHERE i.indrelid = to_regclass(:t)"
+        " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)"
+        " ORDER BY i.indexrelid"), {"t": f"public.{table}"}).scalars())
+
+
+def _in_schema(definition: str, target: str) -> str:
+    return re.sub(r"\bpublic\.", target + ".", definition)
