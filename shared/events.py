@@ -34,10 +34,42 @@ where a frame is ``{"seq", "txId", "type", "at", "payload"}`` exactly as the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # -- service names ----------------------------------------------------------------
 
 LINE_CONTROLLER = "line_controller"
 HARDWARE = "hardware"
+LINE_SEPARATOR = "@"  # neither a topic-key separator nor allowed in a line id
+
+
+@dataclass(frozen=True)
+class LineServices:
+    """A line's service names on the transport. The default line (``line_id``
+    None) keeps ``line_controller`` and ``hardware``, so a one-line deployment and
+    everything queued in it are unchanged; another line's are
+    ``line_controller@<lineId>`` and ``hardware@<lineId>``."""
+    line_id: str | None = None
+
+    @property
+    def line_controller(self) -> str:
+        return self._named(LINE_CONTROLLER)
+
+    @property
+    def hardware(self) -> str:
+        return self._named(HARDWARE)
+
+    def _named(self, service: str) -> str:
+        return service if self.line_id is None else f"{service}{LINE_SEPARATOR}{self.line_id}"
+
+    @classmethod
+    def of_line(cls, line_id: str, default: bool) -> LineServices:
+        return cls(None if default else line_id)
+
+    @classmethod
+    def of_service(cls, service_name: str) -> LineServices:
+        """The names of the line whose service is called ``service_name``."""
+        return cls(service_name.partition(LINE_SEPARATOR)[2] or None)
 
 # -- hardware → line_controller: worker results ---------------------------------
 

@@ -77,6 +77,14 @@ def single_line_plant(line_file: Path, plc: str = "sim", sim_protocol: str = "mo
     return Plant(line.id, line.name, (line,))
 
 
+def plant_of(settings) -> Plant:
+    """The plant the settings name: ``LINECTL_PLANT_FILE``'s, else the one line
+    of ``LINECTL_LINE_FILE`` (with ``LINECTL_PLC`` and ``LINECTL_SIM_PROTOCOL``)."""
+    if settings.plant_file:
+        return load_plant(settings.plant_file)
+    return single_line_plant(settings.line_file, settings.plc, settings.sim_protocol)
+
+
 def load_plant(path: str | Path) -> Plant:
     """Read and check a plant file; :class:`PlantError` names what is wrong."""
     path = Path(path)

@@ -74,8 +74,9 @@ def opcua_options(config: dict, settings) -> dict[str, Any]:
 class LineHardware:
     """What the service's entrypoints see (one instance per container)."""
 
-    def __init__(self, config: dict, spawn):
+    def __init__(self, config: dict, spawn, service_name: str = ev.HARDWARE):
         settings = load_settings()
+        self.source = service_name  # this line's hardware: the events' source
         self.layout = load_layout(config.get("LINECTL_LINE_FILE") or settings.line_file)
         if self.layout.plc is None:
             raise ValueError("the line layout has no plc: register map (see deploy/REGISTER_MAP.md)")
@@ -138,10 +139,10 @@ class LineHardware:
         self._answered.append(cid)
         self.durations.observe(result.request.action, result.duration_ms / 1000.0, not result.ok)
         log.info("action %s %s -> %s", result.request.action_id, result.request.action, result.event_type)
-        self.send(self._dispatch, result.event_type, result.payload())
+        self.send(self._dispatch, result.event_type, result.payload(), self.source)
 
     @staticmethod
-    def send(dispatch, event_type: str, payload: dict) -> None:
+    def send(dispatch, event_type: str, payload: dict, source: str = ev.HARDWARE) -> None:
         """Publish one event, offering it again while the transport is away: a
         result or an edge the watcher saw exists only here, and lost it would
         leave the loop waiting (a cycle "overdue", a move never answered). A
@@ -149,7 +150,7 @@ class LineHardware:
         deadline, pause = time.monotonic() + PUBLISH_PERSIST_SECONDS, 0.25
         while True:
             try:
-                dispatch(ev.HARDWARE, event_type, payload)
+                dispatch(source, event_type, payload)
                 return
             except Exception as exc:  # noqa: BLE001 - the transport is away; anything else repeats too
                 if time.monotonic() > deadline:
@@ -193,7 +194,7 @@ class LineHardware:
         the next instance's start puts it to an operator, as after a kill."""
         self.robot.stopping = True
         try:
-            self._dispatch(ev.HARDWARE, ev.HARDWARE_STOPPING, {"instanceId": self.instance_id,
+            self._dispatch(self.source, ev.HARDWARE_STOPPING, {"instanceId": self.instance_id,
                                                                 "startedAt": self.started_at})
         except Exception:  # the transport is away: the queued actions are answered anyway
             log.exception("could not announce the hardware service's stop")
@@ -235,7 +236,7 @@ class LineHardware:
         started_at = self.started_at
         state = self.plc_state()
         try:
-            self._dispatch(ev.HARDWARE, ev.HARDWARE_STARTED,
+            self._dispatch(self.source, ev.HARDWARE_STARTED,
                            {"instanceId": self.instance_id, "startedAt": started_at,
                             "plcState": state if state.get("connected") else None})
         except Exception:  # the transport is away: the line_controller's own start-up check covers it
@@ -257,7 +258,8 @@ class LineHardware:
 class Hardware(DependencyProvider):
     def setup(self):
         # built before any entrypoint starts (setup of every extension precedes start)
-        self.hardware = LineHardware(self.container.config, self.container.spawn_managed_thread)
+        self.hardware = LineHardware(self.container.config, self.container.spawn_managed_thread,
+                                     self.container.service_name)
 
     def start(self):
         self.container.spawn_managed_thread(self.hardware.robot.run_forever)

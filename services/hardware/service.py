@@ -103,3 +103,8 @@ class HardwareService:
     def watch(self):
         for event_type, payload in self.hardware.watcher.watch(WATCH_WAIT):
             self.hardware.send(lambda _source, t, p: self.dispatch(t, p), event_type, payload)
+
+
+def hardware_service(line: ev.LineServices = ev.LineServices()) -> type:
+    """The service class of one line's hardware, named for that line."""
+    return type("HardwareService", (HardwareService,), {"name": line.hardware})

@@ -17,8 +17,8 @@ from nameko.standalone.rpc import ClusterRpcProxy
 
 from shared import events as ev
 from shared.config import load_settings
-from shared.db import roles
 from shared.db.engine import make_engine
+from shared.db.lines import line_placement
 from shared.layout import load_layout
 from shared.rpc import RpcClientPool
 
@@ -58,9 +58,10 @@ class NamekoHardwarePort:
     transport connection, reply queue and consumer for every hardware action."""
 
     def __init__(self, config: dict, loop: EventLoop, timeout: float = 10.0, instance_id: str | None = None,
-                 clients: int = HARDWARE_CLIENTS):
+                 clients: int = HARDWARE_CLIENTS, hardware_service: str = ev.HARDWARE):
         self.config = config
         self.loop = loop
+        self.hardware_service = hardware_service  # this line's
         self.timeout = timeout
         # task id -> the hardware instance that accepted it (the latest ones): after a
         # hardware restart only what an earlier instance accepted may have started.
@@ -81,7 +82,7 @@ class NamekoHardwarePort:
         for attempt, pause in enumerate((*self.retry_pauses, None), start=1):
             try:
                 with self.clients.client() as proxy:
-                    reply = getattr(getattr(proxy, ev.HARDWARE), req.rpc)(str(req.task_id), **req.kwargs)
+                    reply = getattr(getattr(proxy, self.hardware_service), req.rpc)(str(req.task_id), **req.kwargs)
                 break
             except (RemoteError, UnknownService) as exc:  # refused by the service, or none runs
                 failure = exc
@@ -166,16 +167,20 @@ class ProductionLoop(DependencyProvider):
     def setup(self):
         config = self.container.config
         self.settings = load_settings()
-        # The loop's connections write as linectl_controller: the line tables only.
-        role = roles.CONTROLLER if config.get("LINECTL_DB_ROLES", True) else None
-        self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3, role=role)
+        self.line = ev.LineServices.of_service(self.container.service_name)
         layout = load_layout(config.get("LINECTL_LINE_FILE") or self.settings.line_file)
+        # The loop's connections write as its line's role, in its line's schema:
+        # PostgreSQL refuses them every other table (shared.db.lines).
+        place = line_placement(config["LINECTL_DATABASE_URL"], layout.id, default=self.line.line_id is None)
+        role = place.role if config.get("LINECTL_DB_ROLES", True) else None
+        self.engine = make_engine(config["LINECTL_DATABASE_URL"], pool_size=3, role=role, schema=place.schema)
         self.loop = EventLoop(self.engine, layout, scheduler=default_scheduler(),
                               action_timeout_seconds=float(config.get(
                                   "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)),
                               cycle_overdue_factor=self.settings.cycle_overdue_factor)
         self.instance_id = uuid.uuid4().hex
-        self.loop.hardware = NamekoHardwarePort(config, self.loop, instance_id=self.instance_id)
+        self.loop.hardware = NamekoHardwarePort(config, self.loop, instance_id=self.instance_id,
+                                                hardware_service=self.line.hardware)
 
     def start(self):
         publisher = next(d for d in self.container.dependencies if isinstance(d, LineEventPublisher))
@@ -188,7 +193,7 @@ class ProductionLoop(DependencyProvider):
         An exception (no hardware service within the timeout) means unknown."""
         context = {ev.CONTROLLER_CONTEXT_KEY: self.instance_id}
         with ClusterRpcProxy(self.container.config, timeout=PLC_STATE_TIMEOUT, context_data=context) as proxy:
-            hardware = getattr(proxy, ev.HARDWARE)
+            hardware = getattr(proxy, self.line.hardware)
             known = hardware.known_actions()  # also fences out requests of earlier instances
             self.loop.hardware.note_accepted(known.get("open", ()), str(known.get("instanceId") or ""))
             return {**hardware.plc_state(), "knownActions": known}

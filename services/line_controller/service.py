@@ -28,17 +28,54 @@ def _rejected(command_id, message):
     return Outcome.refused(command_id, "VALIDATION_ERROR", message).to_reply()
 
 
-def _fed(event_type: str):
+def _fed(source: str, event_type: str):
     """An entrypoint that feeds one hardware event into the loop (see ``_feed``)."""
-    @event_handler(ev.HARDWARE, event_type, requeue_on_error=True)
+    @event_handler(source, event_type, requeue_on_error=True)
     def feed(self, payload):
         self._feed(event_type, payload)
     return feed
 
 
-class LineControllerService:
+def line_controller_service(line: ev.LineServices = ev.LineServices()) -> type:
+    """The service class of one line: named for it, listening to its hardware."""
+    return type("LineControllerService", (LineControllerEntrypoints,), {
+        "name": line.line_controller,
+        **{attr: _fed(line.hardware, event_type) for attr, event_type in HARDWARE_EVENTS.items()},
+        "on_hardware_started": _on_hardware_started(line.hardware),
+    })
+
+
+def _on_hardware_started(source: str):
+    @event_handler(source, ev.HARDWARE_STARTED, requeue_on_error=True)
+    def on_hardware_started(self, payload):
+        self.hardware_started(payload)
+    return on_hardware_started
+
+
+# Each hardware event has its own entrypoint (nameko names the queue after it).
+HARDWARE_EVENTS = {
+    "on_robot_action_succeeded": ev.ROBOT_ACTION_SUCCEEDED,
+    "on_robot_action_failed": ev.ROBOT_ACTION_FAILED,
+    "on_tool_action_succeeded": ev.TOOL_ACTION_SUCCEEDED,
+    "on_tool_action_failed": ev.TOOL_ACTION_FAILED,
+    "on_machine_start_succeeded": ev.MACHINE_START_SUCCEEDED,
+    "on_machine_start_failed": ev.MACHINE_START_FAILED,
+    "on_machine_abort_succeeded": ev.MACHINE_ABORT_SUCCEEDED,
+    "on_machine_abort_failed": ev.MACHINE_ABORT_FAILED,
+    "on_machine_done": ev.MACHINE_DONE,
+    "on_inspection_result": ev.INSPECTION_RESULT,
+    "on_machine_fault": ev.MACHINE_FAULT,
+    "on_hardware_stopping": ev.HARDWARE_STOPPING,
+    "on_pallet_arrived": ev.PALLET_ARRIVED,
+    "on_plc_connection": ev.PLC_CONNECTION,
+    "on_robot_fault": ev.ROBOT_FAULT,
+}
+
+
+class LineControllerEntrypoints:
     """The production event loop's entrypoints. AI jobs are not here: the
-    gateway serves them straight from PostgreSQL (``services/ai_jobs``)."""
+    gateway serves them straight from PostgreSQL (``services/ai_jobs``). The
+    hardware events' handlers are added per line by :func:`line_controller_service`."""
 
     name = ev.LINE_CONTROLLER
 
@@ -90,25 +127,7 @@ class LineControllerService:
             # as FAILED, so its redelivery is a duplicate and is acknowledged.
             raise RuntimeError(f"{type_} {outcome.message_id} failed; requeued")
 
-    # Each hardware event has its own entrypoint (nameko names the queue after it).
-    on_robot_action_succeeded = _fed(ev.ROBOT_ACTION_SUCCEEDED)
-    on_robot_action_failed = _fed(ev.ROBOT_ACTION_FAILED)
-    on_tool_action_succeeded = _fed(ev.TOOL_ACTION_SUCCEEDED)
-    on_tool_action_failed = _fed(ev.TOOL_ACTION_FAILED)
-    on_machine_start_succeeded = _fed(ev.MACHINE_START_SUCCEEDED)
-    on_machine_start_failed = _fed(ev.MACHINE_START_FAILED)
-    on_machine_abort_succeeded = _fed(ev.MACHINE_ABORT_SUCCEEDED)
-    on_machine_abort_failed = _fed(ev.MACHINE_ABORT_FAILED)
-    on_machine_done = _fed(ev.MACHINE_DONE)
-    on_inspection_result = _fed(ev.INSPECTION_RESULT)
-    on_machine_fault = _fed(ev.MACHINE_FAULT)
-    on_hardware_stopping = _fed(ev.HARDWARE_STOPPING)
-    on_pallet_arrived = _fed(ev.PALLET_ARRIVED)
-    on_plc_connection = _fed(ev.PLC_CONNECTION)
-    on_robot_fault = _fed(ev.ROBOT_FAULT)
-
-    @event_handler(ev.HARDWARE, ev.HARDWARE_STARTED, requeue_on_error=True)
-    def on_hardware_started(self, payload):
+    def hardware_started(self, payload):
         # A new hardware instance: actions the old one accepted will never report.
         # Check the state again, like after our own start (one check per instance).
         instance = str((payload or {}).get("instanceId", ""))[:40]
@@ -120,3 +139,6 @@ class LineControllerService:
         outcome = self.loop.submit(msg).wait(EVENT_WAIT_SECONDS)
         if outcome is None or outcome.status == "FAILED":
             raise RuntimeError("recovery check after a hardware restart not handled; requeued")
+
+
+LineControllerService = line_controller_service()  # the default line's

@@ -27,6 +27,8 @@ def default_line_file() -> Path:
 class LineSettings:
     data_dir: Path = Path("var")
     line_file: Path = dataclasses.field(default_factory=default_line_file)
+    # Several lines (shared.plant): unset, the plant is the one line of line_file.
+    plant_file: Path | None = None
     log_level: str = "INFO"
     log_format: str = "text"
     # A robot/tool step with no result by then suspends its job for the operator.
@@ -41,6 +43,7 @@ PARSERS = {
     "STEP_TIMEOUT_SECONDS": ("step_timeout_seconds", lambda n, r: parse_float(n, r, 1.0, 86400.0)),
     "CYCLE_OVERDUE_FACTOR": ("cycle_overdue_factor", lambda n, r: parse_float(n, r, 0.01, 1000.0)),
     "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
+    "PLANT_FILE": ("plant_file", lambda n, r: Path(r).expanduser()),
     "LOG_LEVEL": ("log_level", lambda n, r: parse_choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
     "LOG_FORMAT": ("log_format", lambda n, r: parse_choice(n, r, ("text", "json"))),
 }

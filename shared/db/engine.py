@@ -10,6 +10,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.db.roles import connect_args
 
+PUBLIC = "public"
+
 
 def sqlalchemy_url(url: str) -> str:
     """``postgresql://…`` / ``postgres://…`` / ``pgsql://…`` → ``postgresql+psycopg2://…``.
@@ -29,12 +31,15 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def make_engine(url: str, *, read_only: bool = False, pool_size: int = 5, role: str | None = None,
-                statement_timeout_ms: int | None = None, **kwargs) -> Engine:
+                statement_timeout_ms: int | None = None, schema: str | None = None, **kwargs) -> Engine:
     """``role``: run every statement as that PostgreSQL role (``shared.db.roles``).
+    ``schema``: the only schema unqualified names find (a line's, ``shared.db.lines``).
     ``statement_timeout_ms``: PostgreSQL cancels a statement that runs longer."""
     options = []
     if role:
         options.append(connect_args(role)["options"])
+    if schema and schema != PUBLIC:
+        options.append(search_path_option(schema))
     if statement_timeout_ms:
         options.append(f"-c statement_timeout={int(statement_timeout_ms)}")
     if options:
@@ -66,6 +71,12 @@ def _demoted_server_is_a_disconnect(context) -> None:
     new primary. The gateway answers such a failure 503, as any lost connection."""
     if getattr(context.original_exception, "pgcode", None) == errorcodes.READ_ONLY_SQL_TRANSACTION:
         context.is_disconnect = True
+
+
+def search_path_option(schema: str) -> str:
+    """libpq ``options`` text that makes ``schema`` the connection's search_path."""
+    quoted = '"' + schema.replace('"', '""') + '"'
+    return "-c search_path=" + quoted.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

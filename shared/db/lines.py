@@ -10,7 +10,7 @@ its ``seq`` continues. Every other line gets the schema ``line_<id>`` (a copy of
 and the role ``linectl_line_<id>``, granted that schema's tables only.
 
 A line's controller connects with its role and ``search_path`` set to its schema
-(:meth:`LinePlacement.connect_options`): the loop's SQL names no schema and no
+(``make_engine(role=, schema=)``): the loop's SQL names no schema and no
 line, and PostgreSQL refuses it any other line's table. Ids stay unique across
 the plant because every copy's id defaults draw on ``public``'s sequences; each
 schema's ``event_log`` numbers its own ``seq``, gapless per line.
@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from shared.db import roles
-from shared.db.models import Base, line as line_models
+from shared.db.engine import make_engine
+from shared.db.models import Base
+from shared.db.models import line as line_models
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +56,10 @@ class LinePlacement:
     schema: str
     role: str
 
-    def connect_options(self, with_role: bool = True) -> str:
-        """libpq ``options`` that scope a connection to this line."""
-        parts = [f"-c search_path={_option_value(quote(self.schema))}"]
-        if with_role:
-            parts.insert(0, f"-c role={_option_value(self.role)}")
-        return " ".join(parts)
-
     @property
     def qualified(self) -> str:
         """The schema as SQL names it (``"line_cell-b"``)."""
         return quote(self.schema)
-
-
-def _option_value(value: str) -> str:
-    # libpq splits ``options`` on spaces; a backslash keeps one literal.
-    return re.sub(r"([\\ ])", r"\\\1", value)
 
 
 def schema_for(line_id: str) -> str:
@@ -96,6 +86,19 @@ def placement(conn, line_id: str, *, default: bool = True) -> LinePlacement:
     if default and not any(p.schema == PUBLIC for p in known.values()):
         return LinePlacement(line_id, PUBLIC, roles.CONTROLLER)
     raise LineNotPlaced(f"line {line_id!r} has no tables yet: run `linectl migrate` with the plant file")
+
+
+def line_placement(url: str, line_id: str, default: bool) -> LinePlacement:
+    """Where a line's controller works, registering its line first if needed (as the
+    database's login user: ``linectl migrate`` does this for a whole plant)."""
+    engine = make_engine(url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            if line_id not in placements(conn):
+                register_lines(conn, [line_id], default=line_id if default else None)
+            return placement(conn, line_id, default=default)
+    finally:
+        engine.dispose()
 
 
 def register_lines(conn, line_ids: list[str] | tuple[str, ...], default: str | None = None) -> dict[str, LinePlacement]:
