@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from shared.config import Settings
+from shared.db.lines import PUBLIC, quote
 
 BATCH = 5000
 
@@ -48,32 +49,53 @@ class RetentionPolicy:
                    dead_letter_days=settings.retention_dead_letter_days)
 
 
-def _delete_batches(engine: Engine, sql: str, params: dict) -> int:
+def _delete_batches(engine: Engine, sql: str, params: dict, schema: str = PUBLIC) -> int:
     total = 0
     while True:
         with engine.begin() as conn:
+            if schema != PUBLIC:  # a line's own tables (shared.db.lines)
+                conn.execute(text(f"SET LOCAL search_path TO {quote(schema)}"))
             n = conn.execute(text(sql), {**params, "batch": BATCH}).rowcount
         total += n
         if n < BATCH:
             return total
 
 
-def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[str, int]:
+def _line_schemas(engine: Engine) -> list[str]:
+    """Every line's schema: ``public`` (a one-line database's) and each other line's."""
+    with engine.connect() as conn:
+        if conn.execute(text("SELECT to_regclass('plant_line')")).scalar() is None:
+            return [PUBLIC]
+        schemas = conn.execute(text("SELECT schema_name FROM plant_line ORDER BY id")).scalars().all()
+    return [PUBLIC] + [s for s in schemas if s != PUBLIC]
+
+
+def _purge_line(engine: Engine, policy: RetentionPolicy, schema: str) -> dict[str, int]:
     ev = {"days": policy.event_days}
-    counts = {
+    return {
         "event_log": _delete_batches(engine, """
             DELETE FROM event_log WHERE seq IN (
               SELECT seq FROM event_log WHERE at < now() - make_interval(days => :days)
                 AND seq < (SELECT max(seq) FROM event_log)
-              ORDER BY seq LIMIT :batch)""", ev),
+              ORDER BY seq LIMIT :batch)""", ev, schema),
         "loop_message": _delete_batches(engine, """
             DELETE FROM loop_message WHERE id IN (
               SELECT id FROM loop_message WHERE status <> 'QUEUED'
-                AND created_at < now() - make_interval(days => :days) LIMIT :batch)""", ev),
+                AND created_at < now() - make_interval(days => :days) LIMIT :batch)""", ev, schema),
         "audit_log": _delete_batches(engine, """
             DELETE FROM audit_log WHERE id IN (
               SELECT id FROM audit_log WHERE at < now() - make_interval(days => :days)
-              LIMIT :batch)""", {"days": policy.audit_days}),
+              LIMIT :batch)""", {"days": policy.audit_days}, schema),
+    }
+
+
+def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[str, int]:
+    """What was deleted, per table (a line table's count is every line's)."""
+    counts: dict[str, int] = {}
+    for schema in _line_schemas(engine):
+        for table, n in _purge_line(engine, policy, schema).items():
+            counts[table] = counts.get(table, 0) + n
+    counts |= {
         "people_audit": _delete_batches(engine, """
             DELETE FROM people_audit WHERE id IN (
               SELECT id FROM people_audit WHERE at < now() - make_interval(days => :days)

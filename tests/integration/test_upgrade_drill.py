@@ -126,6 +126,13 @@ def rows_at_previous_head(conn) -> None:
                       "VALUES ('upgrade-drill', 1, 'gone', now() - interval '1 day')"))
     conn.execute(text("INSERT INTO mq_dead_letter (id, queue, payload, delivery_count) "
                       "VALUES (1, 'upgrade-drill', '{}', 5)"))
+    conn.execute(text("INSERT INTO people_user (name, role, lines, password_hash) "
+                      "VALUES ('op1', 'operator', '[\"cell-a\"]', 'x')"))
+    conn.execute(text("INSERT INTO people_session (id, user_name, role, source, csrf_token, expires_at) "
+                      "VALUES ('s1', 'op1', 'operator', 'local', 'c', now() + interval '1 hour')"))
+    conn.execute(text("INSERT INTO people_sign_in_failure (user_name) VALUES ('op2')"))
+    conn.execute(text("INSERT INTO people_audit (actor, role, action, target_type, line_id, outcome) "
+                      "VALUES ('op1', 'operator', 'SignIn', 'session', 'cell-a', 'ok')"))
 
 
 def snapshot(engine) -> dict[str, tuple[list[str], list[tuple]]]:
@@ -178,8 +185,12 @@ def test_an_upgrade_from_the_previous_head_keeps_every_row_and_the_line_runs_on(
             assert c.execute(text("SELECT status FROM work_order WHERE id = :o"),
                              {"o": order["id"]}).scalar() == "RUNNING"
 
-        # 2. Up to head: every row as it was, in the columns it had.
-        upgrade(db_url)
+        # 2. Up to head with `linectl migrate`: every row as it was, in the columns it had.
+        with engine.connect() as c:
+            last_seq = c.execute(text("SELECT max(seq) FROM event_log")).scalar()
+        out = subprocess.run([sys.executable, "-m", "services.stack.cli", "migrate"], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "LINECTL_DATABASE_URL": db_url})
+        assert out.returncode == 0, out.stderr
         engine.dispose()
         with engine.connect() as conn:
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == current_heads()[0]
@@ -208,6 +219,11 @@ def test_an_upgrade_from_the_previous_head_keeps_every_row_and_the_line_runs_on(
                 raise
         for order_id in (order["id"], fresh["id"]):
             assert line_invariants(db_url, order_id) == []
+        # A plant of one line: its rows stayed in public, and its seq went on from where it was.
+        with engine.connect() as c:
+            assert c.execute(text("SELECT id, schema_name FROM plant_line")).all() == [(layout.id, "public")]
+            seqs = c.execute(text("SELECT seq FROM event_log ORDER BY seq")).scalars().all()
+        assert seqs[-1] > last_seq and seqs == list(range(seqs[0], seqs[-1] + 1))
     finally:
         sim.stop()
 
