@@ -76,6 +76,15 @@ def placements(conn) -> dict[str, LinePlacement]:
     return {r.id: LinePlacement(r.id, r.schema_name, r.role_name) for r in rows}
 
 
+def line_schemas(conn) -> list[str]:
+    """Every line's schema, ``public`` first. A migration that changes a line table
+    changes it in each of these (``SET LOCAL search_path`` to each in turn)."""
+    if conn.execute(text("SELECT to_regclass('public.plant_line')")).scalar() is None:
+        return [PUBLIC]
+    schemas = conn.execute(text("SELECT schema_name FROM plant_line ORDER BY id")).scalars().all()
+    return [PUBLIC] + [s for s in schemas if s != PUBLIC]
+
+
 def placement(conn, line_id: str, *, default: bool = True) -> LinePlacement:
     """Where ``line_id``'s tables are. An unregistered default line is ``public``'s
     when no other line has taken it (a one-line database before its first

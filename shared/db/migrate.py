@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 
 
 def alembic_config(database_url: str, script_location: str, lock_timeout: str | None = None) -> Config:
@@ -28,13 +29,18 @@ def upgrade(database_url: str, script_location: str, revision: str = "head",
 
 
 def apply_roles(database_url: str) -> bool:
-    from shared.db import roles
+    """The writer roles' grants, and each line's role on its own schema
+    (``shared.db.lines``): after every upgrade, and after a restore (a dump holds no grants)."""
+    from shared.db import lines, roles
     from shared.db.engine import make_engine
 
     engine = make_engine(database_url, pool_size=1)
     try:
         with engine.begin() as conn:
-            return roles.apply(conn)
+            applied = roles.apply(conn)
+            if applied and conn.execute(text("SELECT to_regclass('plant_line')")).scalar() is not None:
+                lines.grant(conn, list(lines.placements(conn).values()))
+            return applied
     finally:
         engine.dispose()
 

@@ -28,7 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from shared.config import Settings
-from shared.db.lines import PUBLIC, quote
+from shared.db.lines import PUBLIC, line_schemas, quote
 
 BATCH = 5000
 
@@ -61,15 +61,6 @@ def _delete_batches(engine: Engine, sql: str, params: dict, schema: str = PUBLIC
             return total
 
 
-def _line_schemas(engine: Engine) -> list[str]:
-    """Every line's schema: ``public`` (a one-line database's) and each other line's."""
-    with engine.connect() as conn:
-        if conn.execute(text("SELECT to_regclass('plant_line')")).scalar() is None:
-            return [PUBLIC]
-        schemas = conn.execute(text("SELECT schema_name FROM plant_line ORDER BY id")).scalars().all()
-    return [PUBLIC] + [s for s in schemas if s != PUBLIC]
-
-
 def _purge_line(engine: Engine, policy: RetentionPolicy, schema: str) -> dict[str, int]:
     ev = {"days": policy.event_days}
     return {
@@ -92,7 +83,9 @@ def _purge_line(engine: Engine, policy: RetentionPolicy, schema: str) -> dict[st
 def purge(engine: Engine, policy: RetentionPolicy = RetentionPolicy()) -> dict[str, int]:
     """What was deleted, per table (a line table's count is every line's)."""
     counts: dict[str, int] = {}
-    for schema in _line_schemas(engine):
+    with engine.connect() as conn:
+        schemas = line_schemas(conn)
+    for schema in schemas:
         for table, n in _purge_line(engine, policy, schema).items():
             counts[table] = counts.get(table, 0) + n
     counts |= {
