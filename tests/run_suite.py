@@ -6,7 +6,11 @@ receiver is a real thread waking green primitives (the worker hangs), and
 patched before execnet starts it writes to regular files through epoll
 (EPERM). So the suite is split by pytest-split (``--splits N --group i``, by
 the durations recorded in ``tests/.test_durations``) into N plain pytest
-processes that share nothing but the machine:
+processes that share nothing but the machine. A whole-suite run hands each shard
+its own test modules (split by the same durations, a module at a time), so no
+shard collects, imports and rewrites the others' modules; a run given paths or
+``-k`` leaves the split to pytest-split, test by test. The shards share nothing
+but the machine:
 
 - each has its own PostgreSQL server (embedded) or its own databases on
   ``LINECTL_TEST_DATABASE_URL``'s server, all cloned from its own migrated
@@ -46,11 +50,40 @@ def shard_count() -> int:
     return int(raw)
 
 
-def start_shard(index: int, shards: int, args: list[str], work: Path) -> subprocess.Popen:
+def module_split(shards: int) -> list[list[str]]:
+    """Every test module, in ``shards`` groups of about equal recorded duration
+    (the longest first, each to the group with least so far). A module with no
+    recorded tests counts as the median module."""
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    per_module: dict[str, float] = {}
+    for test_id, seconds in recorded.items():
+        module = test_id.partition("::")[0]
+        per_module[module] = per_module.get(module, 0.0) + seconds
+    modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                     if "node_modules" not in p.parts)
+    known = sorted(per_module[m] for m in modules if m in per_module) or [1.0]
+    median = known[len(known) // 2]
+    groups: list[list[str]] = [[] for _ in range(shards)]
+    loads = [0.0] * shards
+    for module in sorted(modules, key=lambda m: per_module.get(m, median), reverse=True):
+        least = loads.index(min(loads))
+        groups[least].append(module)
+        loads[least] += per_module.get(module, median)
+    return groups
+
+
+def whole_suite(args: list[str]) -> bool:
+    """No paths and no selection: every module runs, so the split can be by module."""
+    return not any(not a.startswith("-") or a.startswith(("-k", "-m", "--lf", "--deselect")) for a in args)
+
+
+def start_shard(index: int, shards: int, args: list[str], work: Path,
+                modules: list[str] | None = None) -> subprocess.Popen:
     durations = work / f"durations-{index}.json"
     durations.write_text(DURATIONS.read_text() if DURATIONS.exists() else "{}")
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-            "--splits", str(shards), "--group", str(index), "--splitting-algorithm", "least_duration",
+    split = modules if modules is not None else [
+        "--splits", str(shards), "--group", str(index), "--splitting-algorithm", "least_duration"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *split,
             f"--durations-path={durations}", "--store-durations",
             f"--junitxml={work / f'junit-{index}.xml'}", f"--durations={SLOWEST}", *args]
     log = open(work / f"shard-{index}.log", "wb")
@@ -100,7 +133,8 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="linectl-suite-") as tmp:
         work = Path(tmp)
-        running = {i: start_shard(i, shards, args, work) for i in range(1, shards + 1)}
+        groups = module_split(shards) if whole_suite(args) else [None] * shards
+        running = {i: start_shard(i, shards, args, work, groups[i - 1]) for i in range(1, shards + 1)}
         print(f"running the suite in {shards} shards (logs in {work})", flush=True)
         codes: dict[int, int] = {}
         try:
