@@ -51,6 +51,7 @@ from gateway.context import gateway_context  # noqa: E402
 from gateway.errors import REQUEST_LIMITS  # noqa: E402
 from gateway.tls_front import start_front  # noqa: E402
 from shared.config import SettingsError, check_bind, ensure_tokens, load_settings  # noqa: E402
+from shared.plant import PlantError, plant_of  # noqa: E402
 
 
 class GatewayArbiter(Arbiter):
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         if not settings.database_url:
             raise SettingsError("LINECTL_DATABASE_URL: the gateway needs the database URL")
         check_bind(settings)
-    except SettingsError as exc:
+        plant_of(settings)  # a bad plant file stops the start, naming what is wrong (not each worker)
+    except (SettingsError, PlantError) as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level,

@@ -2,8 +2,10 @@
 
 Nothing runs at import time; everything the views need hangs off the app's
 :class:`~gateway.context.GatewayContext`, reached by ``gateway_context()``
-(settings, read-only DB sessions, the RPC pool, the AI job queue). Blueprints,
-one per area, live in ``gateway/api/`` and are registered here, by name.
+(settings, the plant and each line's parts, the AI job queue). Blueprints,
+one per area, live in ``gateway/api/`` and are registered here, by name; a
+line-control area twice, at ``/api`` (the default line) and at
+``/api/lines/<lineId>`` (``gateway.api.blueprint.register_line_area``).
 
 Every connection of the gateway's own runs as the PostgreSQL role
 ``linectl_gateway`` (``shared.db.roles``): it reads line control and writes
@@ -13,7 +15,6 @@ the line_controller; AI jobs are served here, straight from PostgreSQL.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from flask import Flask, make_response, request
@@ -31,10 +32,12 @@ from gateway.api import (
     line,
     manual,
     orders,
+    plant,
     runtime,
     session,
     stats,
 )
+from gateway.api.blueprint import register_line_area
 from gateway.context import EXTENSION, GatewayContext, gateway_context
 from gateway.headers import MAX_BODY_BYTES, security_headers
 from gateway.runtime_lean import RuntimeLeanPath
@@ -43,6 +46,7 @@ from services.identity.service import Identity
 from shared.config import Settings
 from shared.db import roles
 from shared.db.engine import make_engine, make_sessionmaker
+from shared.plant import plant_of
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -58,7 +62,9 @@ AI_POOL_TIMEOUT = 5.0
 READ_STATEMENT_TIMEOUT_MS = 10_000
 
 # One blueprint per area, in registration order (the order of /openapi.json).
-AREAS = (health, session, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin, audit)
+AREAS = (health, session, plant, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin, audit)
+# The line-control areas: each also under /api/lines/<lineId>.
+LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events)
 
 
 class GatewayApi(Api):
@@ -80,9 +86,8 @@ def _context(settings: Settings, rpc_pool) -> GatewayContext:
                             pool_pre_ping=False, pool_recycle=3600)
     ai_queue = AiJobQueue(ai_engine, AiQueueConfig.from_settings(settings))
     # People (sign-in, sessions, audit) share the AI pool: short writes of the gateway's own.
-    return GatewayContext(settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool,
-                          metrics=metrics.create(), ai=ai_queue, people=Identity(ai_engine, settings),
-                          _lock=threading.Lock())
+    return GatewayContext(settings=settings, db=make_sessionmaker(engine), rpc=rpc_pool, plant=plant_of(settings),
+                          metrics=metrics.create(), ai=ai_queue, people=Identity(ai_engine, settings))
 
 
 def _limit_body():
@@ -159,13 +164,16 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
     api = GatewayApi(app, spec_kwargs={"components": {"securitySchemes": {
         "bearerAuth": {"type": "http", "scheme": "bearer"}}}, "security": [{"bearerAuth": []}]})
     errors.register(app, api)
-    metrics.install(app, ctx.metrics, health.line_snapshot)
+    metrics.install(app, ctx.metrics, health.scrape_snapshot)
     app.before_request(_limit_body)
     app.before_request(_strict_path_and_query)
     app.after_request(_security_headers)
     app.after_request(audit.audit_command)
     for area in AREAS:
-        api.register_blueprint(area.blp)
+        if area in LINE_AREAS:
+            register_line_area(api, area.blp)
+        else:
+            api.register_blueprint(area.blp)
     ws.init_app(app)
     app.add_url_rule("/", "operator_page", _operator_page, methods=["GET"])
     # The runtimes' four hot POSTs skip Flask (gateway.runtime_lean); the rest,

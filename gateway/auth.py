@@ -67,16 +67,26 @@ def same_origin() -> bool:
     return origin is None or urlsplit(origin).netloc == request.host
 
 
-def _check_lines(session, roles: tuple[str, ...]) -> None:
-    """A user limited to lines may use only those lines' views and stream. The
-    line-control views (and /ws) are the ones that ask for the operator role alone;
-    with one line per gateway, that is this line."""
+def _check_lines(session) -> None:
+    """A user limited to lines may use only those lines' paths and streams. A
+    request about a line names it in ``g.line_id`` before it is authenticated
+    (``gateway.api.blueprint`` for the line-control paths, bare ones included;
+    ``/ws`` for its ``?line=``); the plant's own views filter by
+    :func:`may_see_line` instead."""
     lines = session.person.lines
-    if lines and roles == ("operator",) and gateway_context().line_layout().id not in lines:
+    line_id = g.get("line_id")
+    if lines and line_id is not None and line_id not in lines:
         raise ApiError(403, "FORBIDDEN", f"{session.person.name} is limited to the lines {', '.join(lines)}")
 
 
-def _caller(roles: tuple[str, ...]) -> tuple[str, str, bytes]:
+def may_see_line(line_id: str) -> bool:
+    """Whether the authenticated caller may see the line: a token, or a user with
+    no lines, sees every line."""
+    lines = g.get("lines") or ()
+    return not lines or line_id in lines
+
+
+def _caller() -> tuple[str, str, bytes]:
     """(role, name, credential) of a bearer token, else of the session cookie."""
     token = _token_from_request()
     if token is not None or SESSION_COOKIE not in request.cookies:
@@ -92,7 +102,8 @@ def _caller(roles: tuple[str, ...]) -> tuple[str, str, bytes]:
         raise ApiError(403, "CSRF_TOKEN_INVALID", f"{CSRF_HEADER} must be this session's csrfToken")
     if request.path == "/ws" and not same_origin():  # a cross-site page may not borrow the cookie
         raise ApiError(403, "FORBIDDEN", "a websocket with the session cookie must come from this site")
-    _check_lines(session, roles)
+    _check_lines(session)
+    g.lines = session.person.lines
     return session.person.role, session.person.name, session_credential(session.key)
 
 
@@ -101,7 +112,7 @@ def authenticate(*roles: str) -> str:
     ``g.actor`` is the person signed in, else the token's holder (its name, else
     its role): what audit rows record. A self-asserted ``X-Actor`` rides along
     as a note, never as the actor."""
-    role, name, credential = _caller(roles)
+    role, name, credential = _caller()
     if role != "admin" and role not in roles:
         raise ApiError(403, "FORBIDDEN", f"this needs the {' or '.join(roles) or 'admin'} role")
     g.role = role

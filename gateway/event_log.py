@@ -14,16 +14,22 @@ from shared import serialize
 from shared.db.models import EventLog
 
 
-def page(session, after: int, limit: int) -> list[dict]:
-    """Logged events with ``seq > after``, oldest first, at most ``limit``, as frames."""
+def page(session, after: int, limit: int, line_id: str | None = None) -> list[dict]:
+    """Logged events with ``seq > after``, oldest first, at most ``limit``, as
+    frames; each names ``line_id`` (``lineId``) when given. The session's search
+    path says whose log it is (``gateway.lines``)."""
     stmt = select(EventLog.__table__).where(EventLog.seq > after).order_by(EventLog.seq).limit(limit)
-    return [serialize.event_frame(r) for r in session.execute(stmt)]
+    frames = [serialize.event_frame(r) for r in session.execute(stmt)]
+    if line_id is not None:
+        for frame in frames:
+            frame["lineId"] = line_id
+    return frames
 
 
-def read_log(db, after: int, limit: int) -> list[dict]:
+def read_log(db, after: int, limit: int, line_id: str | None = None) -> list[dict]:
     """:func:`page` in a session of its own, from the sessionmaker ``db``."""
     with db() as session:
-        return page(session, after, limit)
+        return page(session, after, limit, line_id)
 
 
 def newest_seq(session) -> int:

@@ -5,7 +5,10 @@ time: the line_controller's and the hardware service's ``status()`` RPCs
 durations and failures per kind) and the AI job queue depth by state (one
 query). One scrape target for the whole stack: the services need no HTTP
 port of their own, and a service that does not answer shows as
-``linectl_service_up{service=...} 0`` instead of a missing target.
+``linectl_service_up{service=...} 0`` instead of a missing target. In a plant
+of several lines every figure of a line carries a ``line`` label (its id); a
+one-line plant's series have none, as before (a dashboard's ``line=~".*"``
+matches both).
 
 Each app has its own registry (several apps in one test process must not clash).
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flask import Flask, Response, g, request
@@ -77,107 +80,165 @@ class GatewayMetrics:
 
 @dataclass
 class LineSnapshot:
-    """What one scrape gathered; None where a part did not answer."""
+    """What one scrape gathered of one line; None where a part did not answer."""
     line_controller: dict | None = None
     hardware: dict | None = None
+    database: dict | None = None  # gateway.api.health.line_figures; None: unreachable
+    line_id: str | None = None  # its series' ``line`` label; None: no label (a one-line plant)
+
+    @property
+    def label_names(self) -> list[str]:
+        return ["line"] if self.line_id else []
+
+    @property
+    def label_values(self) -> list[str]:
+        return [self.line_id] if self.line_id else []
+
+
+@dataclass
+class ScrapeSnapshot:
+    """What one scrape gathered: each line's, and the plant-wide AI queue's."""
+    lines: list[LineSnapshot] = field(default_factory=list)
     ai_jobs: dict[str, int] | None = None
     ai_queue: dict | None = None  # services.ai_jobs.repository.queue_figures
-    database: dict | None = None  # gateway.api.health.line_figures; None: unreachable
+
+    @property
+    def label_names(self) -> list[str]:
+        return self.lines[0].label_names if self.lines else []
 
 
-def _histogram(name, doc, label, snapshot) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=[label])
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], snapshot: dict) -> None:
     bounds = snapshot.get("le", [])
     for key, s in sorted(snapshot.get("series", {}).items()):
         buckets = [(repr(float(b)), n) for b, n in zip(bounds, s["buckets"], strict=False)]
-        family.add_metric([key], buckets + [("+Inf", s["count"])], s["sum"])
+        family.add_metric([*labels, key], buckets + [("+Inf", s["count"])], s["sum"])
+
+
+def _per_line(family, lines: list[LineSnapshot], value_of):
+    """``family`` with each line's ``value_of(line)`` (a line whose value is None is left out)."""
+    for line in lines:
+        value = value_of(line)
+        if value is not None:
+            family.add_metric(line.label_values, value)
     return family
 
 
 class LineCollector:
-    """Turns the last :class:`LineSnapshot` into metric families."""
+    """Turns the last :class:`ScrapeSnapshot` into metric families: a series per
+    line (labelled ``line`` in a plant of several lines) where a figure is a line's."""
 
     def __init__(self):
-        self.snapshot = LineSnapshot()
+        self.snapshot = ScrapeSnapshot()
 
     def collect(self):
         snap = self.snapshot
-        up = GaugeMetricFamily("linectl_service_up", "1 when the service answered status()",
-                               labels=["service"])
-        up.add_metric(["line_controller"], 1 if snap.line_controller else 0)
-        up.add_metric(["hardware"], 1 if snap.hardware else 0)
-        yield up
-        lc = snap.line_controller or {}
-        yield GaugeMetricFamily("linectl_line_controller_up", "1 when the line_controller answered status()",
-                                value=1 if snap.line_controller else 0)
-        if snap.line_controller:
-            yield GaugeMetricFamily("linectl_loop_lag_seconds", "event-loop lag reported by the line_controller",
-                                    value=float(lc.get("lagSeconds") or 0))
-            yield GaugeMetricFamily("linectl_loop_queue_length", "messages waiting in the loop",
-                                    value=float(lc.get("queueLength") or 0))
-        if lc.get("handling"):
-            yield from _timed_with_failures(
-                ("linectl_loop_message_seconds", "time to handle one loop message"),
-                ("linectl_loop_messages_failed", "loop messages that failed"), "type", lc["handling"])
-        if "handledTotal" in lc:
-            yield CounterMetricFamily("linectl_loop_messages_handled", "loop messages handled",
-                                      value=lc["handledTotal"])
-            yield GaugeMetricFamily("linectl_loop_recovering", "1 until the start-up recovery check ran",
-                                    value=1 if lc.get("recovering") else 0)
-        hw = snap.hardware or {}
-        if hw:
-            yield GaugeMetricFamily("linectl_plc_connected", "1 when the hardware service reaches the PLC",
-                                    value=1 if hw.get("plcConnected") else 0)
-        if hw.get("actions"):
-            yield from _timed_with_failures(
-                ("linectl_hardware_action_seconds", "hardware action duration"),
-                ("linectl_hardware_action_failures", "hardware actions failed"), "action", hw["actions"])
-        if snap.ai_jobs is not None:
-            depth = GaugeMetricFamily("linectl_ai_jobs", "AI runtime jobs by state", labels=["state"])
-            for state, n in sorted(snap.ai_jobs.items()):
-                depth.add_metric([state], n)
-            yield depth
-        if snap.ai_queue is not None:
-            yield GaugeMetricFamily("linectl_ai_oldest_pending_seconds",
-                                    "age of the oldest pending AI job (0 when none waits)",
-                                    value=snap.ai_queue["oldestPendingSeconds"])
-            finished = GaugeMetricFamily("linectl_ai_jobs_finished_15m",
-                                         "AI jobs that finished in the last 15 minutes, by state",
-                                         labels=["state"])
-            for state, n in sorted(snap.ai_queue["finishedLately"].items()):
-                finished.add_metric([state], n)
-            yield finished
-        yield from _database_families(snap.database)
+        yield from _service_families(snap)
+        yield from _loop_families(snap)
+        yield from _hardware_families(snap)
+        yield from _ai_families(snap)
+        yield from _database_families(snap)
 
 
-def _database_families(db: dict | None):
-    """What the scrape read from the line's tables; only ``linectl_database_up 0``
-    when the database did not answer."""
+def _gauge(snap: ScrapeSnapshot, name: str, doc: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=snap.label_names)
+
+
+def _service_families(snap: ScrapeSnapshot):
+    up = GaugeMetricFamily("linectl_service_up", "1 when the service answered status()",
+                           labels=[*snap.label_names, "service"])
+    for line in snap.lines:
+        up.add_metric([*line.label_values, "line_controller"], 1 if line.line_controller else 0)
+        up.add_metric([*line.label_values, "hardware"], 1 if line.hardware else 0)
+    yield up
+    yield _per_line(_gauge(snap, "linectl_line_controller_up", "1 when the line_controller answered status()"),
+                    snap.lines, lambda line: 1 if line.line_controller else 0)
+
+
+def _loop_families(snap: ScrapeSnapshot):
+    answered = [line for line in snap.lines if line.line_controller]
+    if answered:
+        yield _per_line(_gauge(snap, "linectl_loop_lag_seconds", "event-loop lag reported by the line_controller"),
+                        answered, lambda line: float(line.line_controller.get("lagSeconds") or 0))
+        yield _per_line(_gauge(snap, "linectl_loop_queue_length", "messages waiting in the loop"),
+                        answered, lambda line: float(line.line_controller.get("queueLength") or 0))
+    handling = [(line, line.line_controller["handling"]) for line in answered if line.line_controller.get("handling")]
+    if handling:
+        yield from _timed_with_failures(
+            ("linectl_loop_message_seconds", "time to handle one loop message"),
+            ("linectl_loop_messages_failed", "loop messages that failed"), "type", snap.label_names, handling)
+    counted = [line for line in answered if "handledTotal" in line.line_controller]
+    if counted:
+        yield _per_line(CounterMetricFamily("linectl_loop_messages_handled", "loop messages handled",
+                                            labels=snap.label_names),
+                        counted, lambda line: line.line_controller["handledTotal"])
+        yield _per_line(_gauge(snap, "linectl_loop_recovering", "1 until the start-up recovery check ran"),
+                        counted, lambda line: 1 if line.line_controller.get("recovering") else 0)
+
+
+def _hardware_families(snap: ScrapeSnapshot):
+    answered = [line for line in snap.lines if line.hardware]
+    if answered:
+        yield _per_line(_gauge(snap, "linectl_plc_connected", "1 when the hardware service reaches the PLC"),
+                        answered, lambda line: 1 if line.hardware.get("plcConnected") else 0)
+    actions = [(line, line.hardware["actions"]) for line in answered if line.hardware.get("actions")]
+    if actions:
+        yield from _timed_with_failures(
+            ("linectl_hardware_action_seconds", "hardware action duration"),
+            ("linectl_hardware_action_failures", "hardware actions failed"), "action", snap.label_names, actions)
+
+
+def _ai_families(snap: ScrapeSnapshot):
+    if snap.ai_jobs is not None:
+        depth = GaugeMetricFamily("linectl_ai_jobs", "AI runtime jobs by state", labels=["state"])
+        for state, n in sorted(snap.ai_jobs.items()):
+            depth.add_metric([state], n)
+        yield depth
+    if snap.ai_queue is not None:
+        yield GaugeMetricFamily("linectl_ai_oldest_pending_seconds",
+                                "age of the oldest pending AI job (0 when none waits)",
+                                value=snap.ai_queue["oldestPendingSeconds"])
+        finished = GaugeMetricFamily("linectl_ai_jobs_finished_15m",
+                                     "AI jobs that finished in the last 15 minutes, by state",
+                                     labels=["state"])
+        for state, n in sorted(snap.ai_queue["finishedLately"].items()):
+            finished.add_metric([state], n)
+        yield finished
+
+
+def _database_families(snap: ScrapeSnapshot):
+    """What the scrape read from each line's tables; only ``linectl_database_up 0``
+    when the database answered for no line."""
+    read = [line for line in snap.lines if line.database is not None]
     yield GaugeMetricFamily("linectl_database_up", "1 when the database answered this scrape",
-                            value=1 if db is not None else 0)
-    if db is None:
+                            value=1 if read else 0)
+    if not read:
         return
-    if db["lastEventAgeSeconds"] is not None:
-        yield GaugeMetricFamily("linectl_last_event_age_seconds", "seconds since the newest event_log row",
-                                value=db["lastEventAgeSeconds"])
-    yield GaugeMetricFamily("linectl_manual_actions_open", "manual actions waiting for an operator",
-                            value=db["openManualActions"])
-    yield GaugeMetricFamily("linectl_manual_action_oldest_open_seconds",
-                            "age of the oldest open manual action (0 when none is open)",
-                            value=db["oldestOpenManualActionSeconds"])
+    yield _per_line(_gauge(snap, "linectl_last_event_age_seconds", "seconds since the newest event_log row"),
+                    read, lambda line: line.database["lastEventAgeSeconds"])
+    yield _per_line(_gauge(snap, "linectl_manual_actions_open", "manual actions waiting for an operator"),
+                    read, lambda line: line.database["openManualActions"])
+    yield _per_line(_gauge(snap, "linectl_manual_action_oldest_open_seconds",
+                           "age of the oldest open manual action (0 when none is open)"),
+                    read, lambda line: line.database["oldestOpenManualActionSeconds"])
     orders = GaugeMetricFamily("linectl_work_orders", "work orders not finished, by status",
-                               labels=["status"])
-    for status, n in db["workOrders"].items():
-        orders.add_metric([status], n)
+                               labels=[*snap.label_names, "status"])
+    for line in read:
+        for status, n in line.database["workOrders"].items():
+            orders.add_metric([*line.label_values, status], n)
     yield orders
 
 
-def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], label: str, stats: dict):
-    """A duration histogram per ``label`` value and its failure counter (``shared.stats.Durations``)."""
-    yield _histogram(*histogram, label, stats)
-    failed = CounterMetricFamily(*failures, labels=[label])
-    for key, s in sorted(stats["series"].items()):
-        failed.add_metric([key], s["failures"])
+def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], label: str,
+                         line_labels: list[str], per_line: list[tuple[LineSnapshot, dict]]):
+    """A duration histogram per ``label`` value and its failure counter
+    (``shared.stats.Durations``), for each line that reported them."""
+    durations = HistogramMetricFamily(*histogram, labels=[*line_labels, label])
+    failed = CounterMetricFamily(*failures, labels=[*line_labels, label])
+    for line, stats in per_line:
+        _add_histogram(durations, line.label_values, stats)
+        for key, s in sorted(stats["series"].items()):
+            failed.add_metric([*line.label_values, key], s["failures"])
+    yield durations
     yield failed
 
 
@@ -209,13 +270,13 @@ def create() -> GatewayMetrics:
     )
 
 
-def render(m: GatewayMetrics, snapshot: LineSnapshot) -> bytes:
+def render(m: GatewayMetrics, snapshot: ScrapeSnapshot) -> bytes:
     m.line.snapshot = snapshot
     return generate_latest(m.registry)
 
 
 def install(app: Flask, m: GatewayMetrics, snapshot_of) -> None:
-    """Time every request; serve ``/metrics`` (``snapshot_of()`` → :class:`LineSnapshot`)."""
+    """Time every request; serve ``/metrics`` (``snapshot_of()`` → :class:`ScrapeSnapshot`)."""
 
     @app.before_request
     def _start_timer():

@@ -1,9 +1,10 @@
 """The gateway's feed of ``line_events``: a kombu consumer thread.
 
-Each gateway process binds its own auto-delete queue to the line_controller's
-events exchange, so every process receives every event (a shared nameko
-``event_handler`` queue would split them between processes). There is no
-nameko container in the gateway; this thread is plain kombu.
+Each gateway process binds its own auto-delete queue to a line_controller's
+events exchange (one relay per line: ``gateway.lines``), so every process
+receives every event of that line (a shared nameko ``event_handler`` queue
+would split them between processes). There is no nameko container in the
+gateway; this thread is plain kombu.
 
 Each message's frames go to the process's listeners in one call
 (``on_frames``): the websocket StreamHub, which must never block the relay;
@@ -57,9 +58,13 @@ class Subscription:
 
 
 class EventRelay:
-    def __init__(self, amqp_uri: str, *, service: str = LINE_CONTROLLER):
+    """``service``: the line_controller whose events it relays (a line's own name,
+    ``shared.events.LineServices``); ``line_id``: set, every frame names it (``lineId``)."""
+
+    def __init__(self, amqp_uri: str, *, service: str = LINE_CONTROLLER, line_id: str | None = None):
         self.amqp_uri = amqp_uri
         self.service = service
+        self.line_id = line_id
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -109,6 +114,8 @@ class EventRelay:
         message.ack()
         frames = body.get("events") if isinstance(body, dict) else None
         frames = [f for f in frames or [] if isinstance(f, dict) and type(f.get("seq")) is int]
+        if self.line_id is not None:
+            frames = [{**f, "lineId": self.line_id} for f in frames]
         if frames:
             for listener in self._listeners:
                 listener.on_frames(frames)

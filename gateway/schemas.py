@@ -145,18 +145,24 @@ def schema_of(shape: wire.Shape, **extra: fields.Field) -> type[Schema]:
 
 
 
-WorkOrderSchema = schema_of(wire.WORK_ORDER)
-JobSchema = schema_of(wire.JOB)
-TaskSchema = schema_of(wire.TASK)
-AlarmSchema = schema_of(wire.ALARM)
-ManualActionSchema = schema_of(wire.MANUAL_ACTION)
-EventFrameSchema = schema_of(wire.EVENT_FRAME)
+def _line_id():
+    return fields.String(metadata={"description": "the line the object belongs to"})
+
+
+# Every object of a line-control path, and every event frame, names its line.
+WorkOrderSchema = schema_of(wire.WORK_ORDER, lineId=_line_id())
+JobSchema = schema_of(wire.JOB, lineId=_line_id())
+TaskSchema = schema_of(wire.TASK, lineId=_line_id())
+AlarmSchema = schema_of(wire.ALARM, lineId=_line_id())
+ManualActionSchema = schema_of(wire.MANUAL_ACTION, lineId=_line_id())
+EventFrameSchema = schema_of(wire.EVENT_FRAME, lineId=_line_id())
 SlotStateSchema = schema_of(wire.SLOT_STATE)
 TaskBriefSchema = schema_of(wire.TASK_BRIEF)
 
 
 class CommandOutcomeSchema(Schema):
     commandId = fields.String()
+    lineId = _line_id()
     type = fields.String()
     status = fields.String()
     result = fields.Dict(allow_none=True)
@@ -167,13 +173,14 @@ class CommandOutcomeSchema(Schema):
 
 class AcceptedSchema(Schema):
     commandId = fields.String(required=True)
+    lineId = _line_id()
 
 
 class ConfirmedSchema(Schema):
     confirmed = fields.List(fields.Integer())
 
 
-EquipmentSchema = schema_of(wire.EQUIPMENT, slots=fields.List(fields.Nested(SlotStateSchema)))
+EquipmentSchema = schema_of(wire.EQUIPMENT, slots=fields.List(fields.Nested(SlotStateSchema)), lineId=_line_id())
 
 
 class BufferSlotSchema(Schema):
@@ -307,6 +314,7 @@ class RouteStepSchema(Schema):
 
 class JobRouteSchema(Schema):
     jobId = fields.Integer()
+    lineId = _line_id()
     workOrderId = fields.Integer()
     status = fields.String()
     stepIndex = fields.Integer()
@@ -314,3 +322,34 @@ class JobRouteSchema(Schema):
     departure = fields.List(fields.Nested(TaskBriefSchema))
     finishedAt = _time()
     steps = fields.List(fields.Nested(RouteStepSchema))
+
+
+# -- the plant (gateway.api.plant) ------------------------------------------------
+
+
+class LineSummarySchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    controller = fields.String(validate=validate.OneOf(("UP", "DOWN")))
+    plc = fields.String(validate=validate.OneOf(("CONNECTED", "DISCONNECTED")))
+    activeOrders = fields.Integer(metadata={"description": "work orders not finished"})
+    openAlarms = fields.Integer(metadata={"description": "alarms raised or acknowledged (the active list)"})
+    openManualActions = fields.Integer()
+
+
+class OutputFiguresSchema(Schema):
+    completed = fields.Integer()
+    scrapped = fields.Integer()
+    throughputPerHour = fields.Float(allow_none=True)
+    scrapRate = _ratio()
+
+
+class LineOutputSchema(OutputFiguresSchema):
+    id = fields.String()
+
+
+class PlantStatsSchema(Schema):
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    to = fields.String(metadata={"format": "date-time"})
+    plant = fields.Nested(OutputFiguresSchema)
+    lines = fields.List(fields.Nested(LineOutputSchema))

@@ -40,12 +40,41 @@ TICK_SECONDS = 0.5
 CLOSE_LINGER = 1.0  # after our close frame and FIN, the client's EOF is awaited this long
 
 
+class StreamSlots:
+    """The streams a gateway process may hold open: each costs a file descriptor,
+    and the process has one open-file room, however many lines' hubs share it."""
+
+    def __init__(self, max_clients: int):
+        self.max_clients = max_clients
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    def reserve(self) -> bool:
+        with self._lock:
+            if self._taken >= self.max_clients:
+                return False
+            self._taken += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._taken -= 1
+
+    @property
+    def taken(self) -> int:
+        return self._taken
+
+
 class StreamHub:
-    """Serves every websocket of one gateway process from one thread."""
+    """Serves every websocket of one line's stream in a gateway process from one
+    thread. ``slots``: the cap it shares with the other lines' hubs (its own
+    ``limits.max_clients`` without)."""
 
     def __init__(self, read_log, limits: HubLimits = HubLimits(), *, on_count=None,
-                 on_fanout=None, on_overflow=None, authorised=None, log_threads: int = 4):
+                 on_fanout=None, on_overflow=None, authorised=None, log_threads: int = 4,
+                 slots: StreamSlots | None = None):
         self.limits = limits
+        self.slots = slots or StreamSlots(limits.max_clients)
         # credential -> still accepted? Asked on the hub thread when a stream is
         # adopted, so a token revoked between the handshake and the adoption is
         # caught there (a later revocation comes as revoke()).
@@ -60,8 +89,6 @@ class StreamHub:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._inbox: collections.deque = collections.deque()
         self._clients: set[StreamClient] = set()
-        self._slots = 0
-        self._slots_lock = threading.Lock()
         # read_log: (after, limit) -> [frame dict], ordered by seq
         self.feed = StreamFeed(read_log, limits, self._post, self._flush, log_threads)
         self._stop = threading.Event()
@@ -77,19 +104,15 @@ class StreamHub:
 
     def reserve(self) -> bool:
         """Take a stream slot before the handshake; False at the cap."""
-        with self._slots_lock:
-            if self._slots >= self.limits.max_clients:
-                return False
-            self._slots += 1
-            return True
+        return self.slots.reserve()
 
     def release(self) -> None:
-        with self._slots_lock:
-            self._slots -= 1
+        self.slots.release()
 
     @property
     def open_streams(self) -> int:
-        return self._slots
+        """Streams open or being opened, on every hub sharing the slots."""
+        return self.slots.taken
 
     def adopt(self, sock: socket.socket, conn, after: int, credential=None) -> None:
         """Take over a handshaken websocket (its slot was reserved) streaming from

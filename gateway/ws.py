@@ -1,6 +1,8 @@
-"""``GET /ws?after=<seq>``: the event log as a websocket stream.
+"""``GET /ws?line=<lineId>&after=<seq>``: a line's event log as a websocket
+stream; without ``line``, the default line's. Each line has its own gapless
+``seq``, its own relay and its own hub (``gateway.lines``).
 
-Frames are ``{seq, txId, type, at, payload}`` (``shared.serialize.event_frame``).
+Frames are ``{seq, txId, type, at, payload, lineId}`` (``shared.serialize.event_frame``).
 A client subscribes to the relay *before* reading the backlog from
 ``event_log``, so every event is either in the backlog or in its live queue;
 frames are sent strictly in seq order (``seq <= last`` is dropped as a
@@ -46,20 +48,26 @@ sock = Sock()
 @bp.before_request
 def _check_request():
     # Runs before the upgrade, so a refusal is a plain HTTP error with the envelope.
+    ctx = gateway_context()
+    named = request.args.get("line")
+    g.line_id = ctx.default_line.id if named is None else named  # a user limited to other lines: 403
     authenticate("operator")
     _check_upgrade(request.headers)
+    line = ctx.lines.get(g.line_id)
+    if line is None:
+        raise ApiError(400, "VALIDATION_ERROR", f"line: no line {named[:64]!r} in this plant")
+    g.line = line
     raw = request.args.get("after")
     if raw is not None and (not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ID):
         raise ApiError(400, "VALIDATION_ERROR", "after: must be a non-negative integer seq")
-    ctx = gateway_context()
-    ctx.event_relay()  # 503 while the live feed is not connected
-    hub = ctx.stream_hub()
+    line.event_relay()  # 503 while the line's live feed is not connected
+    hub = line.stream_hub()
     if not hub.reserve():
         raise ApiError(503, "UNAVAILABLE", f"this gateway process serves {hub.limits.max_clients}"
                        " streams already; try again later or another gateway")
     g.ws_slot = hub
     # "From now" is fixed before the handshake, so nothing after it is missed.
-    with ctx.db() as session:
+    with line.db() as session:
         newest = newest_seq(session)
     if raw is None:
         g.ws_after = newest

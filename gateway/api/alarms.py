@@ -5,7 +5,7 @@ while and changes nothing else)."""
 from __future__ import annotations
 
 from gateway import schemas
-from gateway.api.blueprint import Blueprint
+from gateway.api.blueprint import LineBlueprint
 from gateway.api.common import (
     check_id,
     command_view,
@@ -19,10 +19,10 @@ from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import ALARM_SEVERITIES, ALARM_STATUSES, Alarm
 
-blp = Blueprint("alarms", __name__, description="alarms")
+blp = LineBlueprint("alarms", __name__, description="alarms")
 
 
-@query_view(blp, "/api/alarms", schemas.AlarmListArgsSchema, schemas.page_of(schemas.AlarmSchema))
+@query_view(blp, "/alarms", schemas.AlarmListArgsSchema, schemas.page_of(schemas.AlarmSchema))
 def list_alarms(args):
     """``?status=RAISED,ACKNOWLEDGED`` is the active list; with ``code``,
     ``equipmentId``, ``severity`` and ``from``/``to`` (raised within) the history."""
@@ -42,18 +42,18 @@ def list_alarms(args):
     return page(Alarm, Alarm.id, args, serialize.alarm, *filters)
 
 
-@command_view(blp, "/api/alarms/<int:alarm_id>/acknowledge", schemas.NoteSchema, schemas.AlarmSchema,
+@command_view(blp, "/alarms/<int:alarm_id>/acknowledge", schemas.NoteSchema, schemas.AlarmSchema,
               required=False)
 def acknowledge_alarm(body, alarm_id):
     return run_command("AcknowledgeAlarm", {"alarmId": check_id(alarm_id, "alarm"), **(body or {})})
 
 
-@command_view(blp, "/api/alarms/<int:alarm_id>/shelve", schemas.ShelveSchema, schemas.AlarmSchema)
+@command_view(blp, "/alarms/<int:alarm_id>/shelve", schemas.ShelveSchema, schemas.AlarmSchema)
 def shelve_alarm(body, alarm_id):
     return run_command("ShelveAlarm", {"alarmId": check_id(alarm_id, "alarm"), **body})
 
 
-@command_view(blp, "/api/alarms/<int:alarm_id>/unshelve", schemas.NoteSchema, schemas.AlarmSchema,
+@command_view(blp, "/alarms/<int:alarm_id>/unshelve", schemas.NoteSchema, schemas.AlarmSchema,
               required=False)
 def unshelve_alarm(body, alarm_id):
     return run_command("UnshelveAlarm", {"alarmId": check_id(alarm_id, "alarm"), **(body or {})})

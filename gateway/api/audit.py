@@ -14,7 +14,7 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import QUERY_ERRORS, document_errors, parse_instant, reply
 from gateway.auth import require
-from gateway.context import gateway_context
+from gateway.context import current_line, gateway_context
 from gateway.errors import ApiError
 from services.identity import audit
 
@@ -93,8 +93,7 @@ def audit_command(response):
     ctx = gateway_context()
     target_type, target_id = _target(payload, response)
     entry = audit.AuditEntry(g.get("holder") or "unknown", g.get("role"), command_type, _outcome(response),
-                             target_type, target_id, payload.get("lineId") or ctx.line_layout().id,
-                             request.remote_addr)
+                             target_type, target_id, current_line().id, request.remote_addr)
     try:
         audit.record_now(ctx.people.engine, entry)
     except Exception as exc:  # noqa: BLE001 - the database away: the loop's own audit_log still has it

@@ -1,5 +1,7 @@
-"""What every line-control blueprint shares: the read-only session, keyset
-pagination, id guards, and sending a command to the line_controller loop."""
+"""What every line-control blueprint shares: the request's line's read-only
+session, keyset pagination, id guards, and sending a command to that line's
+line_controller loop. Every object these views answer names its line
+(``lineId``): a request is about one line (``gateway.context.current_line``)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,9 @@ from sqlalchemy import select
 
 from gateway import schemas
 from gateway.auth import require
-from gateway.context import gateway_context
+from gateway.context import current_line
 from gateway.errors import ApiError
 from gateway.rpc import TransportLost
-from shared.events import LINE_CONTROLLER
 from shared.production_stats import DEFAULT_WINDOW, MAX_WINDOW, Window
 
 # Commands' rejection codes from the loop → HTTP status (a FAILED command is the
@@ -33,8 +34,14 @@ QUERY_ERRORS = (400, 401, 403)
 
 @contextmanager
 def read_session():
-    with gateway_context().db() as session:
+    """A read-only session on the request's line's tables."""
+    with current_line().db() as session:
         yield session
+
+
+def of_line(obj: dict) -> dict:
+    """An object of the request's line, as the API shows it: naming its line."""
+    return current_line().of_line(obj)
 
 
 def document_errors(blp, *statuses):
@@ -104,7 +111,7 @@ def get_or_404(model, key, what: str, serializer):
         row = session.execute(select(table).where(pk == key)).first()
     if row is None:
         raise ApiError(404, "NOT_FOUND", f"{what} {key} not found")
-    return reply(serializer(row))
+    return reply(of_line(serializer(row)))
 
 
 def parse_statuses(raw: str | None, allowed: tuple[str, ...], name: str = "status") -> list[str] | None:
@@ -175,7 +182,8 @@ def page(model, key_column, args: dict, serializer, *filters) -> dict:
         stmt = stmt.where(key_column > cursor)
     with read_session() as session:
         rows = session.execute(stmt).all()
-    items = [serializer(r) for r in rows]
+    line = current_line()
+    items = [line.of_line(serializer(r)) for r in rows]
     next_cursor = str(getattr(rows[-1], key_column.key)) if len(rows) == limit else None
     return reply({"items": items, "nextCursor": next_cursor})
 
@@ -191,31 +199,36 @@ def idempotent_command_id() -> str | None:
     if not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
         raise ApiError(400, "VALIDATION_ERROR",
                        f"{IDEMPOTENCY_HEADER}: 1..{MAX_IDEMPOTENCY_KEY} printable characters")
-    digest = hashlib.sha256(f"{g.holder}\0{key}".encode()).hexdigest()
+    line = current_line()
+    # Command ids are unique across the plant: another line's key is another command.
+    scope = f"{g.holder}\0{key}" if line.default else f"{g.holder}\0{line.id}\0{key}"
+    digest = hashlib.sha256(scope.encode()).hexdigest()
     return f"idem-{digest[:48]}"
 
 
 def run_command(command_type: str, payload: dict, *, ok_status: int = 200, command_id: str | None = None):
-    """Send a command to the loop and translate its outcome into HTTP.
+    """Send a command to the request's line's loop and translate its outcome into HTTP.
 
     HANDLED → ``result`` with ``ok_status`` (200 when it is the recorded outcome
     of an earlier request with this ``command_id``); QUEUED (the wait timed out)
     → 202 ``{"commandId"}``; REJECTED → 409/404/400 with the loop's code and
-    message; FAILED (the loop's database failed) → 503. The line_controller
-    unreachable → 503 (raised by the RPC pool)."""
-    ctx = gateway_context()
+    message; FAILED (the loop's database failed) → 503. The line's
+    line_controller unreachable → 503 (raised by the RPC pool): another line's
+    is never asked, nor waited for."""
+    line = current_line()
     g.command = (command_type, payload)  # its audit row: gateway.api.audit.audit_command
     # A replay of an id made here is this request's own first attempt (retried
     # below), not an earlier request: it still answers ``ok_status``.
     caller_named_id = command_id is not None
     command_id = command_id or uuid.uuid4().hex
-    ctx.service_watch().require_running(LINE_CONTROLLER)  # else the call only waits out its timeout
+    controller = line.names.line_controller
+    line.service_watch().require_running(controller)  # else the call only waits out its timeout
     for attempt in (1, 2):
         try:
-            with ctx.rpc_pool().client() as rpc:
-                outcome = getattr(rpc, LINE_CONTROLLER).command(
+            with line.rpc_pool().client() as rpc:
+                outcome = getattr(rpc, controller).command(
                     command_type, payload, g.actor,
-                    command_id=command_id, wait_seconds=ctx.settings.command_wait_seconds,
+                    command_id=command_id, wait_seconds=line.settings.command_wait_seconds,
                 )
             break
         except TransportLost:
@@ -226,12 +239,15 @@ def run_command(command_type: str, payload: dict, *, ok_status: int = 200, comma
     status = outcome.get("status")
     if status == "HANDLED":
         replayed = caller_named_id and outcome.get("replayed")
-        return reply(outcome.get("result") or {}, 200 if replayed else ok_status)
+        result = outcome.get("result") or {}
+        if isinstance(result, dict) and "id" in result:  # an object of the line (not a summary)
+            result = line.of_line(result)
+        return reply(result, 200 if replayed else ok_status)
     if status == "QUEUED":
-        return reply({"commandId": outcome.get("commandId") or command_id}, 202)
+        return reply(line.of_line({"commandId": outcome.get("commandId") or command_id}), 202)
     error = outcome.get("error") or {}
     code = error.get("code") or "INVALID_TRANSITION"
     if status == "FAILED" or code == "INTERNAL":
         raise ApiError(503, "UNAVAILABLE", "the line controller could not complete the command; "
-                       f"see GET /api/commands/{command_id} before retrying")
+                       f"see GET {line.api_root}/commands/{command_id} before retrying")
     raise ApiError(_REJECTION_STATUS.get(code, 409), code, error.get("message") or code)

@@ -1,13 +1,15 @@
-"""Liveness (``/healthz``), readiness (``/readyz``: the database answers, the
-line_controller and the hardware service consume their queues and answer
-``status()``, and the hardware reaches the PLC; a 503 names every part that is
-down) and the data behind Prometheus metrics (``/metrics``, see
-gateway.metrics). Presence and status come from ``gateway.service_watch``:
-cached for a second at most and shared by concurrent callers, so probes and
-scrapes cost at most one status RPC per service per interval, and a killed
-service shows at once. A database error seen here makes the watch ask afresh:
-after a PostgreSQL restart the services' transport sessions are new, or not
-back yet, whatever the cache says."""
+"""Liveness (``/healthz``), readiness (``/readyz``: the database answers, and
+for every line of the plant its line_controller and hardware service consume
+their queues and answer ``status()``, and its hardware reaches its PLC; a 503
+names every part that is down, and in a plant of several lines the line it
+belongs to) and the data behind Prometheus metrics (``/metrics``, see
+gateway.metrics). Presence and status come from each line's
+``gateway.service_watch``: cached for a second at most and shared by
+concurrent callers, so probes and scrapes cost at most one status RPC per
+service per interval, and a killed service shows at once. A database error
+seen here makes the watches ask afresh: after a PostgreSQL restart the
+services' transport sessions are new, or not back yet, whatever the cache
+says."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from sqlalchemy import text
 from gateway.api.blueprint import Blueprint
 from gateway.context import gateway_context
 from gateway.errors import ApiError
-from gateway.metrics import LineSnapshot
-from shared.events import HARDWARE, LINE_CONTROLLER
+from gateway.lines import LinePort
+from gateway.metrics import LineSnapshot, ScrapeSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +40,20 @@ def _check_database() -> str | None:
             session.execute(text("SELECT 1"))
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
         log.info("database check failed: %r", exc)
-        gateway_context().service_watch().saw_trouble()
+        gateway_context().saw_trouble()
         return "database (unreachable)"
     return None
-
-
-def service_status(service: str) -> tuple[dict | None, str | None]:
-    """A service's ``status()`` (cached, shared), or why it could not be had."""
-    return gateway_context().service_watch().status(service)
-
-
-def line_controller_status() -> tuple[dict | None, str | None]:
-    return service_status(LINE_CONTROLLER)
 
 
 def ai_queue_figures() -> dict | None:
     try:
         return gateway_context().ai.figures()
     except Exception:  # noqa: BLE001 - the database is down: no AI figures this scrape
-        gateway_context().service_watch().saw_trouble()
+        gateway_context().saw_trouble()
         return None
 
 
-# What the alert rules need from the line's tables, in one round trip: the newest
+# What the alert rules need from a line's tables, in one round trip: the newest
 # event's age (the primary key's last entry), the open manual actions and the
 # oldest one's age, and the orders that are not finished (each by its index).
 _LINE_FIGURES = text(
@@ -73,24 +66,31 @@ _LINE_FIGURES = text(
 OPEN_ORDER_STATUSES = ("CREATED", "RUNNING", "PAUSED")
 
 
-def line_figures() -> dict | None:
+def line_figures(line: LinePort) -> dict | None:
     """The line's figures from the database, or None when it does not answer."""
     try:
-        with gateway_context().db() as session:
+        with line.db() as session:
             event_age, open_actions, oldest_action, orders = session.execute(_LINE_FIGURES).one()
-    except Exception as exc:  # noqa: BLE001 - any failure: linectl_database_up 0
-        log.info("metrics: the database did not answer: %r", exc)
+    except Exception as exc:  # noqa: BLE001 - any failure: no figures of this line this scrape
+        log.info("metrics: the database did not answer for line %s: %r", line.id, exc)
         return None
     return {"lastEventAgeSeconds": None if event_age is None else float(event_age),
             "openManualActions": int(open_actions), "oldestOpenManualActionSeconds": float(oldest_action),
             "workOrders": {status: int(orders.get(status, 0)) for status in OPEN_ORDER_STATUSES}}
 
 
-def line_snapshot() -> LineSnapshot:
+def line_snapshot(line: LinePort, labelled: bool) -> LineSnapshot:
+    return LineSnapshot(line_controller=line.service_status(line.names.line_controller)[0],
+                        hardware=line.service_status(line.names.hardware)[0],
+                        database=line_figures(line), line_id=line.id if labelled else None)
+
+
+def scrape_snapshot() -> ScrapeSnapshot:
+    """Every line's snapshot (a ``line`` label on each series when the plant has several)."""
+    ctx = gateway_context()
     ai = ai_queue_figures()
-    return LineSnapshot(line_controller=line_controller_status()[0],
-                        hardware=service_status(HARDWARE)[0],
-                        ai_jobs=ai["byStatus"] if ai else None, ai_queue=ai, database=line_figures())
+    return ScrapeSnapshot(lines=[line_snapshot(line, ctx.several_lines) for line in ctx.lines.values()],
+                          ai_jobs=ai["byStatus"] if ai else None, ai_queue=ai)
 
 
 def plc_down(hardware_status: dict) -> str:
@@ -99,16 +99,26 @@ def plc_down(hardware_status: dict) -> str:
     return f"{where} ({hardware_status.get('plcError') or 'the hardware service does not reach it'})"
 
 
+def line_down(line: LinePort) -> list[str]:
+    """What of the line is down: its services by name, or its PLC link."""
+    down = []
+    for service in (line.names.line_controller, line.names.hardware):
+        status, why = line.service_status(service)
+        if why:
+            down.append(why)
+        elif service == line.names.hardware and not status.get("plcConnected"):
+            down.append(plc_down(status))
+    return down
+
+
 @blp.route("/readyz")
 @blp.response(200)
 def readyz():
+    ctx = gateway_context()
     down = [d for d in (_check_database(),) if d]
-    for service in (LINE_CONTROLLER, HARDWARE):
-        status, why = service_status(service)
-        if why:
-            down.append(why)
-        elif service == HARDWARE and not status.get("plcConnected"):
-            down.append(plc_down(status))
+    for line in ctx.lines.values():
+        # In a plant, each part down is named with its line.
+        down += [f"line {line.id}: {why}" if ctx.several_lines else why for why in line_down(line)]
     if down:
         raise ApiError(503, "UNAVAILABLE", "not ready: " + "; ".join(down) + " down")
     return {"status": "ready"}

@@ -4,7 +4,7 @@ and queries (read-only DB)."""
 from __future__ import annotations
 
 from gateway import schemas
-from gateway.api.blueprint import Blueprint
+from gateway.api.blueprint import LineBlueprint
 from gateway.api.common import (
     COMMAND_ERRORS,
     check_id,
@@ -18,18 +18,18 @@ from gateway.api.common import (
     status_filter,
 )
 from gateway.auth import require
-from gateway.context import gateway_context
+from gateway.context import current_line
 from gateway.errors import ApiError
 from shared import serialize
 from shared.db.models import WORK_ORDER_STATUSES, WorkOrder
 
-blp = Blueprint("orders", __name__, description="work orders")
+blp = LineBlueprint("orders", __name__, description="work orders")
 
 ORDER_COMMANDS = {"start": "StartOrder", "pause": "PauseOrder", "resume": "ResumeOrder",
                   "cancel": "CancelOrder"}
 
 
-@blp.route("/api/work-orders", methods=["POST"])
+@blp.route("/work-orders", methods=["POST"])
 @require("operator")
 @blp.arguments(schemas.CreateOrderSchema)
 @blp.response(201, schemas.WorkOrderSchema)
@@ -41,19 +41,19 @@ def create_order(body):
     body answers 200 with the same order; the key with another body is 409
     ``IDEMPOTENCY_KEY_REUSED``."""
     command_id = idempotent_command_id()
-    layout = gateway_context().line_layout()
+    layout = current_line().layout
     if body["productId"] not in {p.id for p in layout.products}:
         raise ApiError(400, "VALIDATION_ERROR", f"productId: unknown product {body['productId']!r}")
     return run_command("CreateOrder", body, ok_status=201, command_id=command_id)
 
 
-@query_view(blp, "/api/work-orders", schemas.OrderListArgsSchema, schemas.page_of(schemas.WorkOrderSchema))
+@query_view(blp, "/work-orders", schemas.OrderListArgsSchema, schemas.page_of(schemas.WorkOrderSchema))
 def list_orders(args):
     filters = status_filter(WorkOrder.status, args.get("status"), WORK_ORDER_STATUSES)
     return page(WorkOrder, WorkOrder.id, args, serialize.work_order, *filters)
 
 
-@query_view(blp, "/api/work-orders/<int:order_id>", None, schemas.WorkOrderSchema, 401, 403, 404)
+@query_view(blp, "/work-orders/<int:order_id>", None, schemas.WorkOrderSchema, 401, 403, 404)
 def get_order(order_id):
     return get_or_404(WorkOrder, order_id, "work order", serialize.work_order)
 
@@ -65,7 +65,7 @@ def _order_command(action: str):
 
     view.__name__ = f"{action}_order"
     view.__doc__ = f"{ORDER_COMMANDS[action]}: {action} a work order."
-    command_view(blp, f"/api/work-orders/<int:order_id>/{action}", schemas.NoteSchema, schemas.WorkOrderSchema,
+    command_view(blp, f"/work-orders/<int:order_id>/{action}", schemas.NoteSchema, schemas.WorkOrderSchema,
                  required=False)(view)
 
 

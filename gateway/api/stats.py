@@ -6,7 +6,7 @@ are defined in docs/stats.md and computed by ``shared.production_stats``."""
 from __future__ import annotations
 
 from gateway import schemas
-from gateway.api.blueprint import Blueprint
+from gateway.api.blueprint import LineBlueprint
 from gateway.api.common import (
     QUERY_ERRORS,
     query_view,
@@ -14,11 +14,11 @@ from gateway.api.common import (
     reply,
     window_of,
 )
-from gateway.context import gateway_context
+from gateway.context import current_line
 from gateway.errors import ApiError
 from shared import production_stats as ps
 
-blp = Blueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
+blp = LineBlueprint("stats", __name__, description="production figures: OEE, timeline, alarm counts")
 
 
 def _over_window(args: dict, read) -> object:
@@ -28,23 +28,23 @@ def _over_window(args: dict, read) -> object:
         return reply(read(session.connection(), window))
 
 
-@query_view(blp, "/api/stats", schemas.WindowArgsSchema, schemas.StatsSchema)
+@query_view(blp, "/stats", schemas.WindowArgsSchema, schemas.StatsSchema)
 def get_stats(args):
-    ctx = gateway_context()
+    line = current_line()
     return _over_window(args, lambda conn, window: ps.production_figures(
-        conn, ctx.line_layout(), window, ideal_scale=ps.ideal_scale(ctx.settings)))
+        conn, line.layout, window, ideal_scale=line.ideal_scale()))
 
 
-@query_view(blp, "/api/stats/timeline", schemas.TimelineArgsSchema, schemas.TimelineSchema, *QUERY_ERRORS, 404)
+@query_view(blp, "/stats/timeline", schemas.TimelineArgsSchema, schemas.TimelineSchema, *QUERY_ERRORS, 404)
 def get_timeline(args):
     window = window_of(args)
     equipment_id = args.get("equipmentId")
-    if equipment_id is not None and equipment_id not in {e.id for e in gateway_context().line_layout().equipment}:
+    if equipment_id is not None and equipment_id not in {e.id for e in current_line().layout.equipment}:
         raise ApiError(404, "NOT_FOUND", f"equipment {equipment_id[:64]!r} not found")
     with read_session() as session:
         return reply(ps.timeline(session.connection(), window, equipment_id, args["limit"]))
 
 
-@query_view(blp, "/api/stats/alarms", schemas.WindowArgsSchema, schemas.AlarmCountsSchema)
+@query_view(blp, "/stats/alarms", schemas.WindowArgsSchema, schemas.AlarmCountsSchema)
 def get_alarm_counts(args):
     return _over_window(args, ps.alarm_counts)

@@ -4,7 +4,8 @@
 // acknowledge and shelve; the shelved list (hidden from the active one for a
 // while, ISA-18.2) with unshelve; the history with filters; and the per-code
 // counts over the production window ("what keeps coming back"). An alarm's
-// sentence comes from the catalog, filled from its facts.
+// sentence comes from the catalog, filled from its facts. In a plant of several
+// lines the banner is the plant's: every line's alarms, the line named (plant.js).
 "use strict";
 
 const HISTORY_PAGE = 50;
@@ -53,7 +54,7 @@ function drawAlarms(alarms) {
     const buttons = [];
     if (a.status === "RAISED") {
       buttons.push(el("button", { type: "button", class: "ack",
-                                  onclick: () => command(`/api/alarms/${a.id}/acknowledge`, {}) }, t("alarms.ack")), " ");
+                                  onclick: () => command(linePath(`/alarms/${a.id}/acknowledge`), {}) }, t("alarms.ack")), " ");
     }
     buttons.push(el("button", { type: "button", class: "shelve", onclick: () => openShelveForm(a) }, t("alarms.shelve")));
     list.append(alarmCard(a, ...buttons));
@@ -68,7 +69,7 @@ function drawShelved(alarms) {
   list.replaceChildren();
   for (const a of alarms) {
     const card = alarmCard(a, el("button", { type: "button", class: "unshelve",
-                                             onclick: () => command(`/api/alarms/${a.id}/unshelve`, {}) }, t("alarms.unshelve")));
+                                             onclick: () => command(linePath(`/alarms/${a.id}/unshelve`), {}) }, t("alarms.unshelve")));
     card.append(el("div", { class: "shelved-note" },
       t("alarms.shelvedNote", { until: dateTime(a.shelvedUntil), reason: a.shelveReason || "" })
       + (a.shelvedBy ? ` ${t("alarms.shelvedBy", { by: a.shelvedBy })}` : "")));
@@ -81,7 +82,9 @@ function drawShelved(alarms) {
 
 /** The banner shows the newest RAISED alarm (active: not acknowledged, not
  *  shelved), naming its machine and what to do next; the tone sounds while
- *  there is one, if switched on. `manual`: the open manual actions. */
+ *  there is one, if switched on. `manual`: the open manual actions. In a plant
+ *  of several lines, `alarms` and `manual` are every line's (each with its
+ *  lineId: ids are unique across the plant) and the banner names the line. */
 function announceAlarms(alarms, manual) {
   const waiting = alarms.filter((a) => a.status === "RAISED").sort((x, y) => y.id - x.id);
   const banner = $("#alarm-banner");
@@ -89,6 +92,7 @@ function announceAlarms(alarms, manual) {
   if (!announced) {
     banner.hidden = true;
     delete banner.dataset.alarmId;
+    delete banner.dataset.lineId;
     stopTone();
     return;
   }
@@ -97,6 +101,9 @@ function announceAlarms(alarms, manual) {
     // A new alarm: the live region says it again (role="alert" speaks what changes).
     banner.dataset.alarmId = a.id;
     banner.className = `alarm-banner sev-${a.severity}`;
+    $("#banner-line").textContent = plant.on ? t("banner.line", { line: lineName(a.lineId) }) : "";
+    $("#banner-line").hidden = !plant.on;
+    if (plant.on) banner.dataset.lineId = a.lineId; else delete banner.dataset.lineId;
     const what = alarmText(a);
     // The machine first, unless the sentence starts with it already.
     const named = a.equipmentId && !what.text.startsWith(a.equipmentId);
@@ -108,6 +115,7 @@ function announceAlarms(alarms, manual) {
   const action = manual.find((m) => m.alarmId === a.id);
   $("#banner-answer").hidden = !action;
   $("#banner-answer").dataset.manualActionId = action ? action.id : "";
+  $("#banner-answer").dataset.lineId = action && plant.on ? action.lineId : "";
   $("#banner-more").textContent = waiting.length > 1 ? tCount("banner.more", waiting.length - 1) : "";
   banner.hidden = false;
   startTone();
@@ -155,19 +163,23 @@ $("#sound").addEventListener("click", () => {
   showSound();
   if (soundOn()) startTone(); else stopTone();
 });
-$("#banner-ack").addEventListener("click", () => {
-  if (announced) command(`/api/alarms/${announced.id}/acknowledge`, {});
+$("#banner-ack").addEventListener("click", async () => {
+  if (!announced) return;
+  const alarm = announced;
+  // The alarm's own line (in a plant, not necessarily the one on screen).
+  if (await command(alertPath(alarm.lineId, `/alarms/${alarm.id}/acknowledge`), {})) alertsChanged(alarm.lineId);
 });
 $("#banner-answer").addEventListener("click", (ev) => {
   // To the alarm's manual action, its first choice focused: the answer is a tap away.
-  const card = document.querySelector(`#manual li[data-manual-action-id="${ev.currentTarget.dataset.manualActionId}"]`);
-  if (!card) return;
-  card.scrollIntoView({ block: "center" });
-  card.querySelector("button")?.focus();
+  const { manualActionId, lineId } = ev.currentTarget.dataset;
+  goToManualAction(lineId || null, manualActionId);
 });
-$("#banner-shelve").addEventListener("click", () => {
+$("#banner-shelve").addEventListener("click", async () => {
   if (!announced) return;
-  openShelveForm(announced);
+  const alarm = announced;
+  // Shelved from its line's page (the form asks why, for how long).
+  if (plant.on && alarm.lineId !== plant.viewed && !await goToLine(alarm.lineId)) return;
+  openShelveForm(alarm);
   $("#alarms-section").scrollIntoView();
 });
 
@@ -193,7 +205,7 @@ async function shelveAlarm() {
   if (!reason) { say(t("shelve.noReason")); return; }
   try {
     say("");
-    await api("POST", `/api/alarms/${shelving.id}/shelve`, { minutes, reason });
+    await api("POST", linePath(`/alarms/${shelving.id}/shelve`), { minutes, reason });
     closeShelveForm();
     scheduleRefresh();
   } catch (e) {
@@ -231,8 +243,10 @@ function historyFilters() {
 
 async function loadHistory(more = false) {
   const cursor = more && historyCursor ? `&cursor=${historyCursor}` : "";
+  const generation = lineGeneration;
   try {
-    const page = await api("GET", `/api/alarms?${historyQuery}${cursor}`);
+    const page = await api("GET", linePath(`/alarms?${historyQuery}${cursor}`));
+    if (generation !== lineGeneration) return;  // another line's page meanwhile
     const body = $("#alarm-history tbody");
     if (!more) body.replaceChildren();
     for (const a of page.items) {
@@ -245,7 +259,7 @@ async function loadHistory(more = false) {
     historyCursor = page.nextCursor;
     $("#alarm-history-more").hidden = !historyCursor;
   } catch (e) {
-    say(failure(e));
+    if (generation === lineGeneration) say(failure(e));
   }
 }
 

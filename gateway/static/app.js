@@ -1,8 +1,10 @@
 // The operator's page: plain JS, no build step. State comes from the REST API;
-// the websocket event stream tells the page when to refresh and feeds the log,
-// each event a sentence from the catalog (its JSON one tap away). i18n.js
-// (catalogs, Intl), common.js (helpers), the views (production.js, alarms.js,
-// job.js, ai.js) load before this file, which draws the line and starts the page.
+// the websocket event stream (stream.js) tells the page when to refresh and
+// feeds the log, each event a sentence from the catalog (its JSON one tap away).
+// i18n.js (catalogs, Intl), common.js (helpers), the views (production.js,
+// alarms.js, job.js, ai.js, audit.js) and the plant (plant.js: a plant of
+// several lines opens on its overview) load before this file, which draws the
+// line and starts the page.
 "use strict";
 
 const LIVE_JOB_STATUSES = "PENDING,QUEUED,MOVING,PROCESSING,WAITING_UNLOAD,PAUSED,SUSPENDED,ERROR";
@@ -16,10 +18,14 @@ const AI_ROLES = ["platform", "admin"];
 
 let role = null;
 let layout = null;
-let lastSeq = null;
-let socket = null;
+let lineStream = null;       // a one-line plant's stream (a plant's: plant.js)
 let refreshTimer = null;
 let statsPeriodTimer = null;
+// Bumped whenever the page shows another line (plant.js): answers still coming
+// for the line before are dropped, not drawn on the new one.
+let lineGeneration = 0;
+let may = { line: false, ai: false, audit: false };  // what the role may use
+let sessionLines = [];       // the lines a signed-in user is limited to (none: every line)
 
 async function command(path, body) {
   try {
@@ -113,7 +119,7 @@ function drawOrders(orders) {
     const actions = el("td");
     for (const a of ORDER_ACTIONS[o.status] || []) {
       actions.append(el("button", { type: "button", dataset: { action: a },
-                                   onclick: () => command(`/api/work-orders/${o.id}/${a}`, {}) }, t(`orderAction.${a}`)));
+                                   onclick: () => command(linePath(`/work-orders/${o.id}/${a}`), {}) }, t(`orderAction.${a}`)));
     }
     // A started order's code shows its run in the Production panel and the timeline.
     const code = o.startedAt
@@ -149,7 +155,7 @@ function choiceLabel(kind, choice) {
 
 async function answerManual(m, choice, button) {
   button.disabled = true;  // one tap, one answer (a glove may tap twice)
-  if (!await command(`/api/manual-actions/${m.id}/resolve`, { resolution: choice })) button.disabled = false;
+  if (!await command(linePath(`/manual-actions/${m.id}/resolve`), { resolution: choice })) button.disabled = false;
 }
 
 function drawManual(actions) {
@@ -182,27 +188,30 @@ function drawManual(actions) {
 
 async function refresh() {
   refreshTimer = null;
+  if (!lineShown()) return;  // the plant overview: no line's page to draw
+  const generation = lineGeneration;
   try {
     const [orders, jobs, equipment, buffer, alarms, shelved, manual, tasks] = await Promise.all([
-      api("GET", "/api/work-orders?limit=500"),
-      api("GET", `/api/jobs?limit=500&status=${LIVE_JOB_STATUSES}`),
-      api("GET", "/api/equipment"),
-      api("GET", "/api/buffer"),
-      api("GET", "/api/alarms?limit=500&status=RAISED,ACKNOWLEDGED"),
-      api("GET", "/api/alarms?limit=500&status=SHELVED"),
-      api("GET", "/api/manual-actions?limit=500&status=OPEN"),
-      api("GET", "/api/tasks?limit=50&status=RUNNING"),
+      api("GET", linePath("/work-orders?limit=500")),
+      api("GET", linePath(`/jobs?limit=500&status=${LIVE_JOB_STATUSES}`)),
+      api("GET", linePath("/equipment")),
+      api("GET", linePath("/buffer")),
+      api("GET", linePath("/alarms?limit=500&status=RAISED,ACKNOWLEDGED")),
+      api("GET", linePath("/alarms?limit=500&status=SHELVED")),
+      api("GET", linePath("/manual-actions?limit=500&status=OPEN")),
+      api("GET", linePath("/tasks?limit=50&status=RUNNING")),
     ]);
+    if (generation !== lineGeneration) return;  // another line is on screen now
     drawOrders(orders.items);
     drawPieces(jobs.items, equipment, buffer);
     drawRobot(tasks.items);
     drawAlarms(alarms.items);
     drawShelved(shelved.items);
     drawManual(manual.items);
-    announceAlarms(alarms.items, manual.items);
+    announceLine(alarms.items, manual.items);  // plant.js: the banner (a plant's: every line's)
     document.body.dataset.loaded = "true";
   } catch (e) {
-    say(failure(e));
+    if (generation === lineGeneration) say(failure(e));
   }
   refreshShownJob();
 }
@@ -231,8 +240,16 @@ function feed(frame) {
   while (list.children.length > FEED_MAX) list.lastChild.remove();
 }
 
+/** The feed again, from the frames the line's stream kept (another line's page opened). */
+function fillFeed(frames) {
+  const list = $("#feed");
+  list.replaceChildren();
+  for (const frame of frames) feed(frame);
+  if (!list.children.length) list.append(el("li", { class: "empty" }, t("feed.empty")));
+}
+
+/** An event of the line on screen. */
 function onFrame(frame) {
-  lastSeq = frame.seq;
   feed(frame);
   scheduleRefresh();
   if (STATS_EVENTS.has(frame.type)) scheduleStatsRefresh();
@@ -248,59 +265,103 @@ function showConn(state) {
   conn.title = t(state === "none" ? "conn.titleNone" : "conn.title");
 }
 
-function connect() {
-  const proto = location.protocol === "https:" ? "wss" : "ws";
-  const after = lastSeq === null ? "" : `after=${lastSeq}&`;
-  // A session's stream is let in by its cookie; a token rides in the URL (no headers on a websocket).
-  const credential = token ? `token=${encodeURIComponent(token)}` : "";
-  socket = new WebSocket(`${proto}://${location.host}/ws?${after}${credential}`);
-  socket.onopen = () => {
-    showConn("on");
-    scheduleRefresh();
-    scheduleStatsRefresh();  // whatever happened while the stream was down
-  };
-  socket.onmessage = (msg) => {
-    const frame = JSON.parse(msg.data);
-    if (frame.type === "overflow") { lastSeq = frame.resumeAfter; return; }
-    onFrame(frame);
-  };
-  socket.onclose = (ev) => {
-    showConn("off");
-    if (ev.code === 4401 && !token) { sessionEnded(); return; }  // signed out, disabled, new password
-    setTimeout(connect, 2000);  // resume from lastSeq
-  };
+/** The stream of the line on screen opened or closed: the indicator says so;
+ *  opened, whatever happened while it was down is fetched. */
+function lineStreamState(stream) {
+  showConn(stream.live ? "on" : "off");
+  if (!stream.live) return;
+  scheduleRefresh();
+  scheduleStatsRefresh();
 }
+
+/** Whether a line's page is on screen (not the plant overview). */
+function lineShown() { return !plant.on || plant.viewed !== null; }
 
 /** Shows the sections the role may use, hides the others. */
 function showSectionsFor(canLine, canAi, canAudit = false) {
-  const may = { line: canLine, ai: canAi, audit: canAudit };
-  for (const section of document.querySelectorAll("section[data-needs]")) {
-    section.hidden = !may[section.dataset.needs];
-  }
+  may = { line: canLine, ai: canAi, audit: canAudit };
+  showView();
   if (!canLine) closeJob();
 }
 
-async function startLine() {
-  try {
-    layout = await api("GET", "/api/line");
-    const products = await api("GET", "/api/products");
-    $("#product").replaceChildren(...products.items.map((p) => el("option", { value: p.id }, p.name)));
-  } catch (e) {
-    say(failure(e));
-    return;
+/** The sections of what is on screen: a line's page, or (a plant of several
+ *  lines) its overview; the AI queue and the audit wherever the role may. */
+function showView() {
+  const overview = may.line && !lineShown();
+  for (const section of document.querySelectorAll("section[data-needs]")) {
+    const needs = section.dataset.needs;
+    if (needs === "plant") section.hidden = !overview;
+    else section.hidden = !may[needs] || (needs === "line" && overview);
   }
+  $("#plant-back").hidden = !(may.line && plant.on && plant.viewed !== null);
+}
+
+/** The line's layout and products, drawn; false if they could not be had (said)
+ *  or another line is on screen meanwhile. */
+async function loadLine() {
+  const generation = lineGeneration;
+  let products;
+  try {
+    layout = await api("GET", linePath("/line"));
+    products = await api("GET", linePath("/products"));
+  } catch (e) {
+    if (generation === lineGeneration) say(failure(e));
+    return false;
+  }
+  if (generation !== lineGeneration) return false;
+  $("#product").replaceChildren(...products.items.map((p) => el("option", { value: p.id }, p.name)));
   drawLayout();
   fillHistoryMachines(layout.equipment);
-  connect();
+  return true;
+}
+
+/** Everything on the line's page, kept fresh by its stream's events (and the figures on a timer). */
+async function drawLine() {
   clearInterval(statsPeriodTimer);
   statsPeriodTimer = setInterval(scheduleStatsRefresh, STATS_PERIOD_MS);
   await Promise.all([refresh(), refreshStats(), searchHistory()]);
 }
 
+/** The line's page is left (another line, the overview): nothing of it keeps running or stays open. */
+function leaveLine() {
+  lineGeneration++;
+  clearInterval(statsPeriodTimer);
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
+  closeJob();
+  closeShelveForm();
+  resetOrderWindow();
+  delete document.body.dataset.loaded;
+  delete document.body.dataset.statsLoaded;
+}
+
+/** A one-line plant (or a user limited to one line, `lineId`): the line's page, as it always was. */
+async function startLine(lineId = null) {
+  lineRoot = lineId ? pathOfLine(lineId, "") : "/api";
+  if (!await loadLine()) return;
+  lineStream = new LineStream(lineId, { onFrame, onState: lineStreamState }).start();
+  await drawLine();
+}
+
+/** The plant's lines the user may see: more than one opens the plant overview. */
+async function startLines() {
+  let lines = null;
+  try {
+    lines = (await api("GET", "/api/lines")).items;
+  } catch (e) {
+    if (e instanceof SessionGone) return;
+    // An older gateway (no /api/lines): one line, as before.
+  }
+  if (lines && lines.length > 1) { await startPlant(lines); return; }
+  // A user limited to one line reads it under its own paths (the unprefixed ones are the default line's).
+  await startLine(lines && lines.length === 1 && sessionLines.length ? lines[0].id : null);
+}
+
 // -- signing in -------------------------------------------------------------------------
 
 function closeStream() {
-  if (socket) { socket.onclose = null; socket.close(); socket = null; }
+  if (lineStream) { lineStream.stop(); lineStream = null; }
+  stopPlant();
 }
 
 /** The sign-in form in place of the line; `ended` says plainly that a session ended. */
@@ -337,10 +398,12 @@ async function currentSession() {
 
 async function start() {
   say("");
+  sessionLines = [];
   if (!token) {
     const session = await currentSession();
     if (!session) { showSignIn(false); return; }
     csrfToken = session.csrfToken;
+    sessionLines = (session.user && session.user.lines) || [];
     $("#signin-section").hidden = true;
     $("#sign-out").hidden = false;
   }
@@ -361,7 +424,7 @@ async function start() {
   if (!canLine && !canAi) say(t("role.nothing", { role: tCode("role", role) }), "info");
   if (!canLine) showConn("none");
   if (canAi) startAiRefresh(); else stopAiRefresh();
-  if (canLine) await startLine();
+  if (canLine) await startLines();
   else clearInterval(statsPeriodTimer);  // a token of another role came before this one
 }
 
@@ -407,11 +470,11 @@ $("#sign-out").addEventListener("click", async () => {
 
 $("#create-order").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  command("/api/work-orders", { productId: $("#product").value, quantity: Number($("#quantity").value),
+  command(linePath("/work-orders"), { productId: $("#product").value, quantity: Number($("#quantity").value),
                                 priority: Number($("#priority").value) });
 });
 
-$("#confirm-recovery").addEventListener("click", () => command("/api/recovery/confirm", {}));
+$("#confirm-recovery").addEventListener("click", () => command(linePath("/recovery/confirm"), {}));
 
 for (const button of document.querySelectorAll("#lang-switch button")) {
   button.setAttribute("aria-pressed", String(button.dataset.lang === lang));

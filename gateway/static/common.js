@@ -30,6 +30,18 @@ function spoken(tag, attrs, { text, lang: language }) {
   return el(tag, language ? { ...attrs, lang: language } : attrs, text);
 }
 
+// The line the line views show: "/api" (the unprefixed paths: the default line,
+// as in a one-line plant), or "/api/lines/<id>" (plant.js, a plant of several lines).
+let lineRoot = "/api";
+
+/** A line-control path ("/work-orders?…") of the line the page shows. */
+function linePath(path) { return `${lineRoot}${path}`; }
+
+/** A line-control path of the line `lineId` ("/api/lines/<id>/…"); of the shown line if null. */
+function pathOfLine(lineId, path) {
+  return lineId ? `/api/lines/${encodeURIComponent(lineId)}${path}` : linePath(path);
+}
+
 let token = localStorage.getItem("linectl.token") || "";
 // Without a token the page runs on the sign-in session (its HttpOnly cookie);
 // every state-changing request then echoes the session's CSRF token.

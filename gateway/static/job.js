@@ -40,7 +40,7 @@ function drawJobRoute(route) {
 async function showJob(jobId) {
   shownJobId = jobId;
   try {
-    const route = await api("GET", `/api/jobs/${jobId}/route`);
+    const route = await api("GET", linePath(`/jobs/${jobId}/route`));
     if (shownJobId === jobId) drawJobRoute(route);  // not another piece clicked meanwhile
   } catch (e) {
     say(failure(e));

@@ -66,17 +66,18 @@ function scheduleStatsRefresh() {
 async function refreshStats() {
   clearTimeout(statsTimer);
   statsTimer = null;
+  if (!lineShown()) return;  // the plant overview (plant.js): no line's figures to draw
   statsLastAt = Date.now();
   const generation = ++statsGeneration;
   const w = statsWindow();
   const q = windowQuery(w);
   try {
     const [stats, timeline, counts] = await Promise.all([
-      api("GET", `/api/stats?${q}`),
-      api("GET", `/api/stats/timeline?${q}`),
-      api("GET", `/api/stats/alarms?${q}`),
+      api("GET", linePath(`/stats?${q}`)),
+      api("GET", linePath(`/stats/timeline?${q}`)),
+      api("GET", linePath(`/stats/alarms?${q}`)),
     ]);
-    if (generation !== statsGeneration) return;  // a newer refresh (another window) is drawing
+    if (generation !== statsGeneration) return;  // a newer refresh (another window, another line) is drawing
     drawKpis(stats.line);
     drawHourly(stats.hourly);
     drawOee(stats.equipment);
@@ -86,7 +87,7 @@ async function refreshStats() {
     drawWindowSpan(w);
     document.body.dataset.statsLoaded = "true";
   } catch (e) {
-    say(failure(e));
+    if (generation === statsGeneration) say(failure(e));
   }
 }
 
@@ -231,6 +232,16 @@ function offerOrderWindows(orders) {
   group.hidden = !offered.length;
   $("#stats-window").value = windowChoice();
   if (before && (!chosen || before.finishedAt !== chosen.finishedAt)) scheduleStatsRefresh();
+}
+
+/** Another line's page: no work order of the line before is chosen (the span chosen stays). */
+function resetOrderWindow() {
+  statsGeneration++;  // a refresh on its way for the line before draws nothing
+  statsOrderId = null;
+  startedOrders = [];
+  $("#stats-orders").replaceChildren();
+  $("#stats-orders").hidden = true;
+  $("#stats-window").value = windowChoice();
 }
 
 function windowChoice() { return statsOrderId === null ? String(statsHours) : `wo:${statsOrderId}`; }

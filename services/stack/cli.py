@@ -1,16 +1,17 @@
 """The ``linectl`` command: argparse wiring; each sub-command runs from its
 module in ``services/stack/commands/``.
 
-    linectl up        the whole stack in the foreground
-    linectl migrate   Alembic upgrade to head
-    linectl sim       the Modbus TCP line simulator alone
+    linectl up        the whole stack in the foreground (a plant: --lines ID,… / --no-lines)
+    linectl migrate   Alembic upgrade to head (and the plant's lines registered)
+    linectl sim       the line simulator alone (a plant's line: --line ID)
     linectl shell     nameko shell with the project's config
     linectl runtime   the reference AI Runtime worker
     linectl backup    pg_dump of the database (embedded or LINECTL_DATABASE_URL)
     linectl restore   a backup into an empty database (--force: replace what is there)
     linectl users     local users: add, passwd, disable, enable, list
 
-A bad setting stops any sub-command with one line naming it (exit status 2).
+A bad setting, a bad plant file (``LINECTL_PLANT_FILE``) or a line the plant
+does not have stops any sub-command with one line naming it (exit status 2).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from services.ai_runtime import cli as runtime_cli
 from services.stack.commands import users as users_cli
 from shared.config import MAX_RETENTION_DAYS, SettingsError, load_settings
 from shared.logs import configure_logging
+from shared.plant import PlantError
 
 # name -> (module in services.stack.commands and its function, or a function; help).
 # A command's module is imported when it runs: `linectl sim` loads no nameko.
 COMMANDS = {
     "migrate": ("migrate:run", "Alembic upgrade to head"),
     "up": ("up:run", "the whole stack in the foreground"),
-    "sim": ("sim:run", "the Modbus TCP line simulator"),
+    "sim": ("sim:run", "the line simulator (Modbus TCP or OPC UA; a plant's line: --line ID)"),
     "shell": ("shell:run", "nameko shell with the project's config and helpers"),
     "purge": ("retention:run_purge",
               "delete old event log, messages, audit rows, dead letters and finished AI jobs"),
@@ -97,11 +99,24 @@ def _retention_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(every=None)
 
 
+def _up_args(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--lines", metavar="ID[,ID...]", default=None,
+                       help="run only these lines of the plant (LINECTL_PLANT_FILE): their simulators, "
+                            "hardware and line_controllers, no gateway (a line host)")
+    which.add_argument("--no-lines", action="store_true",
+                       help="run the gateway and retention only (the lines run on other hosts)")
+
+
 def _sim_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--line", metavar="ID", default=None,
+                   help="the plant's line ID (LINECTL_PLANT_FILE): its layout, protocol and port "
+                        "(LINECTL_SIM_PORT + its place in the plant)")
     p.add_argument("--port", type=int, default=None,
                    help="listen port (default LINECTL_SIM_PORT)")
     p.add_argument("--protocol", choices=("modbus", "opcua"), default=None,
-                   help="what the simulator speaks (default LINECTL_SIM_PROTOCOL, modbus)")
+                   help="what the simulator speaks (default LINECTL_SIM_PROTOCOL, modbus; "
+                        "with --line, the line's)")
     p.add_argument("--scrap-rate", type=_rate, default=0.05,
                    help="inspection fail probability, 0..1 (default 0.05)")
     p.add_argument("--seed", type=int, default=None,
@@ -126,6 +141,7 @@ ARGUMENTS = {
     "purge": _retention_args,
     "retention": _retention_args,
     "sim": _sim_args,
+    "up": _up_args,
     "runtime": runtime_cli.add_arguments,
     "backup": functools.partial(_dump_args, restore=False),
     "restore": functools.partial(_dump_args, restore=True),
@@ -169,6 +185,9 @@ def _run(args) -> int:
         return _command(args.command)(settings, args)
     except SettingsError as exc:
         print(f"linectl: bad setting: {exc}", file=sys.stderr)
+        return 2
+    except PlantError as exc:
+        print(f"linectl {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

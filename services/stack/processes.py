@@ -4,17 +4,37 @@ Each process is a separate OS process whose command line names it
 (``sim``, ``hardware``, ``line_controller``, ``gateway``, ``retention``), so
 operators and tests can find it with ``ps``. ``retention`` purges what the
 retention policy says is old, every ``LINECTL_RETENTION_INTERVAL_SECONDS``.
+
+With a plant file (``LINECTL_PLANT_FILE``), each line of the plant has its own
+simulator (for ``plc: sim``), hardware service and line_controller, each with
+the line id on its command line (``run_service hardware --line cell-b``,
+``cli sim --line cell-b``) and its line's settings in its environment
+(``services.stack.plant_lines``), named ``<kind>@<lineId>``; then one gateway
+and the retention job. ``lines`` narrows the lines to run (``--lines``, none
+for ``--no-lines``), ``central=False`` leaves out the gateway and retention.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Collection
 
+from services.stack.plant_lines import line_env, lines_of, sim_port
 from services.stack.supervisor import ProcessSpec
 from shared.config import Settings
+from shared.plant import Plant, PlantLine
 
 HARDWARE_STOP_SECONDS = 35.0
+
+MODULES = {  # what each kind of process runs: left out while it is not built
+    "sim": "services.hardware.sim",
+    "hardware": "services.hardware.service",
+    "line_controller": "services.line_controller.service",
+    "gateway": "gateway.app",
+    "retention": "shared.db.retention",
+}
+LINE_KINDS = ("sim", "hardware", "line_controller")
 
 
 def _exists(module: str) -> bool:
@@ -24,27 +44,61 @@ def _exists(module: str) -> bool:
         return False
 
 
-def stack_processes(settings: Settings, database_url: str) -> list[ProcessSpec]:
-    """The stack's processes; parts not built yet are left out."""
+def _spec(kind: str, argv: list[str], env: dict[str, str], name: str | None = None) -> list[ProcessSpec]:
+    """The process of ``kind`` (none while its module is not built)."""
+    if not _exists(MODULES[kind]):
+        return []
+    # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
+    grace = HARDWARE_STOP_SECONDS if kind == "hardware" else ProcessSpec.grace_seconds
+    return [ProcessSpec(name=name or kind, argv=argv, env=env, grace_seconds=grace,
+                        takes_hangup=kind == "gateway", independent=kind == "retention")]
+
+
+def _one_line(settings: Settings, env: dict[str, str]) -> list[ProcessSpec]:
+    """The line of a deployment without a plant file: today's processes."""
     py = sys.executable
-    env = {"LINECTL_DATABASE_URL": database_url}
-    specs = []
-    candidates = [
-        ("sim", "services.hardware.sim", [py, "-m", "services.stack.cli", "sim"]),
-        ("hardware", "services.hardware.service",
-         [py, "-m", "services.stack.run_service", "hardware"]),
-        ("line_controller", "services.line_controller.service",
-         [py, "-m", "services.stack.run_service", "line_controller"]),
-        ("gateway", "gateway.app", [py, "-m", "gateway", "--name", "gateway"]),
-    ]
+    argv = {"sim": [py, "-m", "services.stack.cli", "sim"],
+            "hardware": [py, "-m", "services.stack.run_service", "hardware"],
+            "line_controller": [py, "-m", "services.stack.run_service", "line_controller"]}
+    kinds = LINE_KINDS if settings.plc == "sim" else LINE_KINDS[1:]
+    return [spec for kind in kinds for spec in _spec(kind, argv[kind], env)]
+
+
+def _plant_line(settings: Settings, plant: Plant, line: PlantLine, env: dict[str, str]) -> list[ProcessSpec]:
+    """One line of the plant: its simulator (for ``plc: sim``), hardware, line_controller."""
+    py = sys.executable
+    env = {**env, **line_env(settings, plant, line)}
+    argv = {"sim": [py, "-m", "services.stack.cli", "sim", "--line", line.id,
+                    "--port", str(sim_port(settings, plant, line))],
+            "hardware": [py, "-m", "services.stack.run_service", "hardware", "--line", line.id],
+            "line_controller": [py, "-m", "services.stack.run_service", "line_controller", "--line", line.id]}
+    kinds = LINE_KINDS if line.plc == "sim" else LINE_KINDS[1:]
+    return [spec for kind in kinds for spec in _spec(kind, argv[kind], env, f"{kind}@{line.id}")]
+
+
+def _central(settings: Settings, env: dict[str, str]) -> list[ProcessSpec]:
+    """The plant's one gateway, and the retention job when it has an interval."""
+    py = sys.executable
+    specs = _spec("gateway", [py, "-m", "gateway", "--name", "gateway"], env)
     if settings.retention_interval_seconds:
-        candidates.append(("retention", "shared.db.retention", [py, "-m", "services.stack.cli", "retention"]))
-    for name, module, argv in candidates:
-        if name == "sim" and settings.plc != "sim":
-            continue
-        if _exists(module):
-            # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
-            grace = HARDWARE_STOP_SECONDS if name == "hardware" else ProcessSpec.grace_seconds
-            specs.append(ProcessSpec(name=name, argv=argv, env=env, grace_seconds=grace,
-                                     takes_hangup=name == "gateway", independent=name == "retention"))
+        specs += _spec("retention", [py, "-m", "services.stack.cli", "retention"], env)
+    return specs
+
+
+def stack_processes(settings: Settings, database_url: str, plant: Plant | None = None,
+                    lines: Collection[str] | None = None, central: bool = True) -> list[ProcessSpec]:
+    """The stack's processes; parts not built yet are left out. ``plant``: the plant
+    file's (None: the one line of today's settings). ``lines``: the ids of the
+    lines to run (None: every line; empty: none). ``central``: the gateway and
+    retention too."""
+    env = {"LINECTL_DATABASE_URL": database_url}
+    specs: list[ProcessSpec] = []
+    if plant is None:
+        if lines is None or lines:
+            specs += _one_line(settings, env)
+    else:
+        for line in lines_of(plant, lines):
+            specs += _plant_line(settings, plant, line, env)
+    if central:
+        specs += _central(settings, env)
     return specs

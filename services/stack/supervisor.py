@@ -40,8 +40,9 @@ class ProcessSpec:
 
 
 class Supervised:
-    def __init__(self, spec: ProcessSpec, base_env: dict[str, str], out=sys.stdout):
+    def __init__(self, spec: ProcessSpec, base_env: dict[str, str], out=sys.stdout, width: int = 16):
         self.spec = spec
+        self.width = width  # of the name before each output line (a plant's names are longer)
         self.base_env = base_env
         self.out = out
         self.proc: subprocess.Popen | None = None
@@ -69,7 +70,7 @@ class Supervised:
         log.info("started %s (pid %s)", self.spec.name, self.proc.pid)
 
     def _pump(self, proc: subprocess.Popen) -> None:
-        prefix = f"{self.spec.name:<16}| "
+        prefix = f"{self.spec.name:<{self.width}}| "
         for line in proc.stdout:
             with self._lock:
                 self.out.write(prefix + line)
@@ -103,7 +104,8 @@ class Supervised:
 
 class Supervisor:
     def __init__(self, specs: list[ProcessSpec], env: dict[str, str] | None = None):
-        self.children = [Supervised(s, dict(env or os.environ)) for s in specs]
+        width = max([16] + [len(s.name) for s in specs])
+        self.children = [Supervised(s, dict(env or os.environ), width=width) for s in specs]
         self._stop = threading.Event()
 
     def request_stop(self, *_args) -> None:

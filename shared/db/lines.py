@@ -182,6 +182,10 @@ def _copy_line_tables(conn, schema: str) -> None:
             for definition in _plain_indexes_of(conn, table):
                 conn.execute(text(_in_schema(definition, target)))
         conn.execute(text(f"INSERT INTO {target}.dock (id) VALUES (1) ON CONFLICT DO NOTHING"))
+        # The generated order codes' numbers: public's id sequence (migration 0009).
+        conn.execute(text(f"CREATE OR REPLACE FUNCTION {target}.next_work_order_number() RETURNS bigint"
+                          " LANGUAGE sql VOLATILE AS $$ SELECT nextval("
+                          "pg_get_serial_sequence('public.work_order', 'id')) $$"))
     finally:
         conn.execute(text("SET LOCAL search_path = DEFAULT"))
 

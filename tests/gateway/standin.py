@@ -24,6 +24,7 @@ from services.line_controller.messages import split_actor
 from shared import serialize
 from shared.config import Settings
 from shared.db.dependency import Database
+from shared.db.engine import make_engine, make_sessionmaker
 from shared.db.models import (
     JOB_TERMINAL,
     Alarm,
@@ -35,7 +36,7 @@ from shared.db.models import (
     ManualAction,
     WorkOrder,
 )
-from shared.events import HARDWARE, LINE_CONTROLLER, LINE_EVENTS
+from shared.events import HARDWARE, LINE_CONTROLLER, LINE_EVENTS, LineServices
 from shared.layout import load_layout
 
 
@@ -73,7 +74,7 @@ def _transition(obj, allowed_from, to, what):
 
 
 def _create_order(s, p, actor):
-    layout = load_layout(Settings().line_file)
+    layout = load_layout(s.info.get("line_file") or Settings().line_file)  # the session's line's
     try:
         product = layout.product(p["productId"])
     except KeyError:
@@ -230,6 +231,7 @@ class StandInLineController:
 
     # Tests set this to make the next commands answer QUEUED (the loop "too slow").
     answer_queued = False
+    line_file = None  # the line's layout; None: the default settings' line
     handled = 0
     _serial = threading.Lock()  # the loop is serial
 
@@ -239,6 +241,7 @@ class StandInLineController:
             return {"commandId": command_id, "status": "QUEUED", "result": None, "error": None}
         with StandInLineController._serial:
             with self.db.begin() as s:
+                s.info["line_file"] = self.line_file
                 msg = LoopMessage(id=command_id, type=type, category="command", payload=payload,
                                   actor=actor)
                 s.add(msg)
@@ -276,26 +279,64 @@ class StandInHardware:
 
 
 class EventWriter:
-    """Writes event_log rows and publishes them as the loop would."""
+    """Writes event_log rows and publishes them as the loop would (as ``service``,
+    the line's controller); answers the frames as the gateway serves them, naming
+    the line (``line_id``: the default layout's line unless given)."""
 
-    def __init__(self, sessionmaker, nameko_config: dict):
+    def __init__(self, sessionmaker, nameko_config: dict, *, service: str = LINE_CONTROLLER,
+                 line_id: str | None = None):
         self.sessionmaker = sessionmaker
         self.publish = event_dispatcher(nameko_config)
+        self.service = service
+        self.line_id = line_id or load_layout(Settings().line_file).id
 
     def write(self, events: list[tuple[str, dict]], publish: bool = True) -> list[dict]:
         with self.sessionmaker.begin() as s:
             frames = append_events(s, events)
         if publish:
-            self.publish(LINE_CONTROLLER, LINE_EVENTS, {"txId": frames[0]["txId"], "events": frames})
-        return frames
+            self.publish(self.service, LINE_EVENTS, {"txId": frames[0]["txId"], "events": frames})
+        return [{**frame, "lineId": self.line_id} for frame in frames]
 
 
-def seed_line(sessionmaker) -> None:
-    """Equipment rows and slots from the layout (the loop does this at start-up)."""
-    layout = load_layout(Settings().line_file)
+def seed_line(sessionmaker, layout=None) -> None:
+    """Equipment rows and slots from the layout (the default settings' unless
+    given), as the loop does at start-up."""
+    layout = layout or load_layout(Settings().line_file)
     with sessionmaker.begin() as s:
         for e in layout.equipment:
             s.add(Equipment(id=e.id, name=e.name, kind=e.kind, batch=e.batch, slot_count=e.slots))
             s.flush()
             for n in range(1, e.slots + 1):
                 s.add(EquipmentSlot(equipment_id=e.id, slot_no=n))
+
+
+# -- another line of a plant ------------------------------------------------------------
+
+
+class LineDatabase(Database):
+    """The Database of one line's schema: what its tables are named resolves there
+    (as a line's controller connects, ``shared.db.lines``)."""
+
+    def __init__(self, schema: str, pool_size: int = 5):
+        super().__init__(pool_size)
+        self.schema = schema
+
+    def setup(self):
+        self.engine = make_engine(self.container.config["LINECTL_DATABASE_URL"], pool_size=self.pool_size,
+                                  schema=self.schema)
+        self.sessionmaker = make_sessionmaker(self.engine)
+
+
+def stand_ins_of_line(line_id: str, schema: str, line_file, *, plc_connected: bool = True) -> tuple[type, type]:
+    """A stand-in line_controller and hardware service for a line that is not the
+    default: named ``line_controller@<id>`` and ``hardware@<id>``, on the line's schema."""
+    names = LineServices.of_line(line_id, default=False)
+    controller = type(f"StandInLineController_{line_id}", (StandInLineController,),
+                      {"name": names.line_controller, "db": LineDatabase(schema), "line_file": line_file})
+
+    def status(self):
+        return {"plcConnected": plc_connected, "plcError": None if plc_connected else "connection refused"}
+
+    hardware = type(f"StandInHardware_{line_id}", (StandInHardware,),
+                    {"name": names.hardware, "status": rpc(status)})
+    return controller, hardware

@@ -78,6 +78,9 @@ def test_every_key_the_page_names_is_in_the_catalogs():
     built = {f"orderAction.{a}" for a in ("start", "pause", "resume", "cancel")}
     built |= {f"conn.{s}" for s in ("on", "off", "none")}
     built |= {"banner.more.one", "banner.more.other"}  # tCount: the plural forms of en (zh-CN has one)
+    # The plant overview's badges (plant.js): `plant.${kind}`, worded with tCode(`${kind}State`, …).
+    built |= {"plant.controller", "plant.plc", "manualBanner.more.one", "manualBanner.more.other",
+              "plant.alarms.one", "plant.alarms.other", "plant.manual.one", "plant.manual.other"}
     built |= {f"series.{s}" for s in ("completed", "scrapped", "succeeded", "failed", "oee", "availability",
                                        "performance", "quality")}
     assert sorted(built - set(EN)) == []
@@ -91,6 +94,8 @@ CODES = {
     "slotStatus": vocab.SLOT_STATUSES, "equipmentStatus": vocab.EQUIPMENT_STATUSES,
     "position": vocab.POSITION_TYPES, "aiStatus": vocab.AI_JOB_STATUSES, "aiType": vocab.AI_JOB_TYPES,
     "role": ROLES, "step": ("DONE", "CURRENT", "TODO"),
+    # A line's state on the plant overview (GET /api/lines).
+    "controllerState": ("UP", "DOWN"), "plcState": ("CONNECTED", "DISCONNECTED"),
     "task": (events.DOCK_TO_BUFFER, events.BUFFER_TO_EQUIPMENT, events.EQUIPMENT_TO_BUFFER, events.SWAP,
              events.SCAN, events.MARK, events.START_MACHINE, events.BUFFER_TO_DOCK, events.ABORT_CYCLE),
     # A hardware action's outcome codes, shown inside a sentence ("… failed (not sent: …)").

@@ -69,6 +69,8 @@ def test_a_line_role_reaches_its_own_tables_and_no_other_line_s(engine, plant, l
         own = conn.execute(text(ORDER), {"c": "B-1"}).scalar()
         assert conn.execute(text("SELECT code FROM work_order")).scalars().all() == ["B-1"]
         assert conn.execute(text("SELECT count(*) FROM dock")).scalar() == 1
+        # a generated order code's number comes from the plant's id sequence, in its own schema too
+        assert conn.execute(text("SELECT next_work_order_number()")).scalar() > own
     for sql in ("SELECT * FROM public.work_order", 'SELECT * FROM "line_cell-c".work_order',
                 "UPDATE public.work_order SET priority = 1", 'DELETE FROM "line_cell-c".job',
                 "INSERT INTO public.event_log (seq, tx_id, type) VALUES (99, 1, 'X')",
@@ -105,7 +107,8 @@ def test_retention_purges_every_line_s_old_events_and_keeps_each_line_s_newest(e
     with engine.begin() as conn:
         for schema in ("public", '"line_cell-b"'):
             conn.execute(text(f"INSERT INTO {schema}.event_log (seq, tx_id, type, at) VALUES"
-                              " (1, 1, 'Old', now() - interval '400 days'), (2, 2, 'Old', now() - interval '400 days')"))
+                              " (1, 1, 'Old', now() - interval '400 days'),"
+                              " (2, 2, 'Old', now() - interval '400 days')"))
     counts = purge(engine, RetentionPolicy(event_days=30))
     assert counts["event_log"] == 2
     with engine.connect() as conn:

@@ -12,12 +12,12 @@ from shared import events as ev
 ROBOT_IDLE_WAIT = 30.0
 
 
-def plc_state(amqp_uri: str, timeout: float = 5.0) -> dict | None:
+def plc_state(amqp_uri: str, timeout: float = 5.0, hardware: str = ev.HARDWARE) -> dict | None:
     from nameko.standalone.rpc import ClusterRpcProxy
 
     try:
         with ClusterRpcProxy({"AMQP_URI": amqp_uri, "serializer": "json"}, timeout=timeout) as rpc:
-            return rpc.hardware.plc_state()
+            return getattr(rpc, hardware).plc_state()
     except Exception:  # noqa: BLE001 - the hardware service is restarting: ask again later
         return None
 
@@ -75,9 +75,17 @@ def answer_for(action: dict, task: dict | None, plc: dict) -> str:
     return "CONFIRM"  # a scan or a mark is simply done again
 
 
-def resolve_open_recovery(stack, token: str, amqp_uri: str) -> int:
-    """Answer every open recovery action once the robot is at rest; how many."""
-    code, body = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
+def _path(prefix: str, path: str) -> str:
+    """``/api/x`` under a line's prefix (``/api/lines/<id>/x``), or as it is."""
+    return prefix + path.removeprefix("/api") if prefix else path
+
+
+def resolve_open_recovery(stack, token: str, amqp_uri: str, line_id: str | None = None) -> int:
+    """Answer every open recovery action once the robot is at rest; how many.
+    ``line_id``: a plant's line other than the default one."""
+    prefix = f"/api/lines/{line_id}" if line_id else ""
+    hardware = ev.LineServices(line_id).hardware
+    code, body = stack.get(_path(prefix, "/api/manual-actions?status=OPEN&limit=500"), token)
     if code != 200:
         return 0
     actions = [a for a in body["items"] if a["kind"].startswith("RECOVERY")]
@@ -86,7 +94,7 @@ def resolve_open_recovery(stack, token: str, amqp_uri: str) -> int:
     deadline = time.monotonic() + ROBOT_IDLE_WAIT
     plc = None
     while time.monotonic() < deadline:  # a person waits for the robot to stop too
-        plc = plc_state(amqp_uri)
+        plc = plc_state(amqp_uri, hardware=hardware)
         if plc and plc.get("connected") and plc.get("robot", {}).get("state") != "BUSY":
             break
         time.sleep(0.2)
@@ -97,10 +105,10 @@ def resolve_open_recovery(stack, token: str, amqp_uri: str) -> int:
         task_id = (action.get("context") or {}).get("taskId")
         task = None
         if task_id:
-            code, tasks = stack.get("/api/tasks?status=FAILED&limit=500", token)
+            code, tasks = stack.get(_path(prefix, "/api/tasks?status=FAILED&limit=500"), token)
             task = next((t for t in tasks.get("items", []) if t["id"] == task_id), None)
         choice = answer_for(action, task, plc)
-        code, _ = stack.request("POST", f"/api/manual-actions/{action['id']}/resolve",
+        code, _ = stack.request("POST", _path(prefix, f"/api/manual-actions/{action['id']}/resolve"),
                                 {"resolution": choice}, token, timeout=30)
         answered += code == 200
     return answered

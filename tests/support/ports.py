@@ -47,3 +47,16 @@ def free_port() -> int:
         if _bindable(port):
             return port
     raise RuntimeError(f"no free port left in {_block()}")
+
+
+def free_port_run(count: int, avoid: tuple[int, ...] = ()) -> int:
+    """The first of ``count`` consecutive free ports of the shard's block, none in
+    ``avoid`` (ports already handed out but not bound yet): a plant's simulators
+    listen on ``LINECTL_SIM_PORT`` plus each line's place in the plant."""
+    block = _block()
+    for _ in range(BLOCK):
+        first = next(_next)
+        run = range(first, first + count)
+        if run[-1] in block and not set(run) & set(avoid) and all(_bindable(p) for p in run):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports left in {block}")

@@ -17,7 +17,7 @@ class JobTransitions(StateBase):
         row = self._one(
             "INSERT INTO work_order (code, product_id, route, quantity, priority) "
             "VALUES (COALESCE(:code, 'WO-' || to_char(now(), 'YYYYMMDD') || '-' || "
-            "  nextval(pg_get_serial_sequence('work_order', 'id'))), :p, CAST(:route AS jsonb), :q, :prio) "
+            "  next_work_order_number()), :p, CAST(:route AS jsonb), :q, :prio) "
             "ON CONFLICT (code) DO NOTHING RETURNING *",
             code=code, p=product_id, route=as_json(route), q=quantity, prio=priority)
         if row is None:

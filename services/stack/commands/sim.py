@@ -1,14 +1,22 @@
 """``linectl sim``: the line simulator in the foreground, Modbus TCP
 (deploy/REGISTER_MAP.md) or, with ``--protocol opcua`` /
-LINECTL_SIM_PROTOCOL=opcua, OPC UA (deploy/OPCUA_MAP.md)."""
+LINECTL_SIM_PROTOCOL=opcua, OPC UA (deploy/OPCUA_MAP.md).
+
+``--line ID``: the simulator of the plant's line ID (``LINECTL_PLANT_FILE``): its
+layout, its ``simProtocol``, and its port, ``LINECTL_SIM_PORT`` plus the line's
+place in the plant file (``services.stack.plant_lines.sim_port``), the port
+``linectl up`` gives that line's hardware service. ``--port`` and ``--protocol``
+still win."""
 
 from __future__ import annotations
 
 import sys
 
 from services.hardware.sim.model import SimOptions
+from services.stack.plant_lines import sim_port
 from shared.config import Settings
 from shared.layout import LayoutError, load_layout
+from shared.plant import PlantError, plant_of
 
 
 def _opcua_simulator(settings: Settings, layout, options: SimOptions, port: int):
@@ -40,19 +48,34 @@ def _modbus_simulator(settings: Settings, layout, options: SimOptions, port: int
     return sim
 
 
+def _line(settings: Settings, args):
+    """The layout, its file, the port and the protocol: ``--line``'s, else the settings'."""
+    line_id = getattr(args, "line", None)
+    if line_id is None:
+        layout = load_layout(settings.line_file)
+        return layout, settings.line_file, args.port or settings.sim_port, args.protocol or settings.sim_protocol
+    plant = plant_of(settings)
+    try:
+        line = plant.line(line_id)
+    except KeyError:
+        raise PlantError(f"--line {line_id}: the plant has no such line (its lines: "
+                         f"{', '.join(plant.line_ids)})") from None
+    return (line.layout, line.layout_file, args.port or sim_port(settings, plant, line),
+            args.protocol or line.sim_protocol)
+
+
 def run(settings: Settings, args) -> int:
     try:
-        layout = load_layout(settings.line_file)
+        layout, layout_file, port, protocol = _line(settings, args)
     except LayoutError as exc:
         print(f"linectl sim: bad layout: {exc}", file=sys.stderr)
         return 2
     if layout.plc is None:
-        print(f"linectl sim: {settings.line_file} has no plc: register map", file=sys.stderr)
+        print(f"linectl sim: {layout_file} has no plc: register map", file=sys.stderr)
         return 2
     options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
                          pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
-    port = args.port or settings.sim_port
-    if (args.protocol or settings.sim_protocol) == "opcua":
+    if protocol == "opcua":
         sim = _opcua_simulator(settings, layout, options, port)
     else:
         sim = _modbus_simulator(settings, layout, options, port)

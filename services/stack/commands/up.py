@@ -1,5 +1,11 @@
 """``linectl up``: the embedded PostgreSQL (unless a URL is set), migrations, then
-every process of the stack under one supervisor, with a start-up summary."""
+every process of the stack under one supervisor, with a start-up summary.
+
+With a plant file: every line's processes, then one gateway and retention;
+``--lines ID[,ID…]`` only those lines' processes (a line host), ``--no-lines``
+only the gateway and retention. The migrate step registers every line of the
+plant (its schema and role) before any line's service starts. A bad plant file
+or an unknown line stops start-up before anything starts (exit status 2)."""
 
 from __future__ import annotations
 
@@ -8,19 +14,29 @@ import threading
 
 from services.identity import bootstrap
 from services.stack.commands.database import database_url, stop_if_started
-from services.stack.migrate import upgrade
+from services.stack.migrate import register_plant, upgrade
+from services.stack.plant_lines import plant_here
 from services.stack.processes import stack_processes
 from services.stack.readiness import ReadinessWatch
 from services.stack.supervisor import Supervisor
 from shared.config import Settings, check_bind, ensure_tokens, mask_url
+from shared.plant import Plant
 
 
-def _print_summary(settings: Settings, url: str, server, specs, page: str) -> None:
+def _print_lines(settings: Settings, plant: Plant | None, lines) -> None:
+    if plant is None:
+        print(f"layout: {settings.line_file}")
+        return
+    print(f"plant: {settings.plant_file} ({plant.id}: {', '.join(plant.line_ids)})")
+    print("lines here: " + (", ".join(plant.line_ids if lines is None else lines) or "(none)"))
+
+
+def _print_summary(settings: Settings, url: str, server, specs, page: str, plant=None, lines=None) -> None:
     print("linectl is up")
     print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.requested},"
                                          f" password in {server.password_file})" if server else ""))
     print(f"page: {page}")
-    print(f"layout: {settings.line_file}")
+    _print_lines(settings, plant, lines)
     print(f"data directory: {settings.data_dir.resolve()}")
     print("processes: " + (", ".join(s.name for s in specs) or "(none built yet)"))
     if settings.tokens_generated:
@@ -31,12 +47,18 @@ def _print_summary(settings: Settings, url: str, server, specs, page: str) -> No
 
 
 def run(settings: Settings, args) -> int:
-    check_bind(settings)  # before anything starts: no plain HTTP on a non-loopback address
+    # A line host (--lines) runs no gateway: no HTTP to bind, no tokens, no first admin.
+    central = not getattr(args, "lines", None)
+    if central:
+        check_bind(settings)  # before anything starts: no plain HTTP on a non-loopback address
+    plant, lines = plant_here(settings, getattr(args, "lines", None), getattr(args, "no_lines", False))
     url, server = database_url(settings)
     upgrade(url)
-    admin_password = bootstrap.initial_admin_at(url, settings)
-    settings = ensure_tokens(settings)
-    specs = stack_processes(settings, url)
+    if plant is not None:
+        register_plant(url, plant)  # every line's schema and role, before its services start
+    admin_password = bootstrap.initial_admin_at(url, settings) if central else None
+    settings = ensure_tokens(settings) if central else settings
+    specs = stack_processes(settings, url, plant, lines, central=central)
     page = f"{'https' if settings.tls else 'http'}://{settings.http_host}:{settings.http_port}/"
 
     def say(line):
@@ -46,7 +68,7 @@ def run(settings: Settings, args) -> int:
         if any(s.name == "gateway" for s in specs):
             # "ready" once /readyz answers 200: database, loop, hardware and PLC all up.
             ReadinessWatch(page + "readyz", say, sup.stopping, on_ready=sup.mark_healthy).start()
-        _print_summary(settings, url, server, specs, page)
+        _print_summary(settings, url, server, specs, page, plant, lines)
         bootstrap.announce(admin_password, settings)
 
     def stopping():

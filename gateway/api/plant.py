@@ -1,0 +1,108 @@
+"""The plant above its lines: ``GET /api/lines`` (each line at a glance: its
+controller, its PLC link, what is open on it), ``GET /api/lines/{lineId}``,
+and ``GET /api/plant/stats`` (the plant's output over a window, with each
+line's; the plant's counts are the sums of its lines'). Read-only: each line's
+figures come from its own tables, read as the line views read them
+(``gateway.lines``). A user limited to lines sees only theirs."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from gateway import schemas
+from gateway.api.blueprint import Blueprint
+from gateway.api.common import QUERY_ERRORS, document_errors, reply, window_of
+from gateway.auth import may_see_line, require
+from gateway.context import gateway_context
+from gateway.errors import ApiError
+from gateway.lines import LineNotReady, LinePort
+from shared import production_stats as ps
+from shared.db.models import ALARM_ACTIVE, WORK_ORDER_TERMINAL, Alarm, ManualAction, WorkOrder
+from shared.production_stats import Window
+from shared.wire import iso
+
+blp = Blueprint("plant", __name__, url_prefix="/api", description="the plant: its lines and their figures")
+
+# What is open on a line, in one round trip: its orders not finished, its active
+# alarms (the list the page shows: shelved ones are hidden), its open manual actions.
+_OPEN_ON_LINE = select(
+    select(func.count()).select_from(WorkOrder).where(WorkOrder.status.not_in(WORK_ORDER_TERMINAL))
+    .scalar_subquery(),
+    select(func.count()).select_from(Alarm).where(Alarm.status.in_(ALARM_ACTIVE)).scalar_subquery(),
+    select(func.count()).select_from(ManualAction).where(ManualAction.status == "OPEN").scalar_subquery(),
+)
+OUTPUT_FIGURES = ("completed", "scrapped", "throughputPerHour", "scrapRate")
+
+
+def _visible_lines() -> list[LinePort]:
+    return [line for line in gateway_context().lines.values() if may_see_line(line.id)]
+
+
+def line_summary(line: LinePort) -> dict:
+    """One line at a glance (its services' status is the watch's, cached for a second)."""
+    controller, _ = line.service_status(line.names.line_controller)
+    hardware, _ = line.service_status(line.names.hardware)
+    try:
+        with line.db() as session:
+            orders, alarms, actions = session.execute(_OPEN_ON_LINE).one()
+    except LineNotReady:
+        orders = alarms = actions = 0  # no tables yet: nothing has happened on it
+    return {"id": line.id, "name": line.line.name,
+            "controller": "UP" if controller else "DOWN",
+            "plc": "CONNECTED" if hardware and hardware.get("plcConnected") else "DISCONNECTED",
+            "activeOrders": int(orders), "openAlarms": int(alarms), "openManualActions": int(actions)}
+
+
+@blp.route("/lines", methods=["GET"])
+@require("operator")
+@blp.response(200, schemas.page_of(schemas.LineSummarySchema))
+@document_errors(blp, 401, 403)
+def list_lines():
+    """The plant's lines, the default line first (a user limited to lines: theirs)."""
+    return reply({"items": [line_summary(line) for line in _visible_lines()], "nextCursor": None})
+
+
+@blp.route("/lines/<lineId>", methods=["GET"])
+@require("operator")
+@blp.response(200, schemas.LineSummarySchema)
+@document_errors(blp, 401, 403, 404)
+def get_line_summary(lineId):  # the contract's name, as in every line path
+    line = gateway_context().line(lineId)
+    if not may_see_line(line.id):
+        raise ApiError(403, "FORBIDDEN", f"line {line.id} is not one of your lines")
+    return reply(line_summary(line))
+
+
+def line_output(line: LinePort, window: Window) -> dict:
+    """A line's output over the window: ``/api/lines/{lineId}/stats``' ``line`` figures."""
+    try:
+        with line.db() as session:
+            figures = ps.production_figures(session.connection(), line.layout, window,
+                                            ideal_scale=line.ideal_scale())["line"]
+    except LineNotReady:
+        figures = {"completed": 0, "scrapped": 0, "throughputPerHour": None, "scrapRate": None}
+    return {"id": line.id, **{key: figures[key] for key in OUTPUT_FIGURES}}
+
+
+def plant_output(lines: list[dict]) -> dict:
+    """The plant's figures from its lines': counts and rates add up (the lines run
+    side by side); the scrap rate is the plant's scrapped share."""
+    completed = sum(line["completed"] for line in lines)
+    scrapped = sum(line["scrapped"] for line in lines)
+    rates = [line["throughputPerHour"] for line in lines if line["throughputPerHour"] is not None]
+    finished = completed + scrapped
+    return {"completed": completed, "scrapped": scrapped,
+            "throughputPerHour": round(sum(rates), 3) if rates else None,
+            "scrapRate": round(scrapped / finished, 4) if finished else None}
+
+
+@blp.route("/plant/stats", methods=["GET"])
+@require("operator")
+@blp.arguments(schemas.WindowArgsSchema, location="query")
+@blp.response(200, schemas.PlantStatsSchema)
+@document_errors(blp, *QUERY_ERRORS)
+def get_plant_stats(args):
+    """Output over ``from``/``to`` (as ``/api/stats``): the plant's and each line's."""
+    window = window_of(args)
+    lines = [line_output(line, window) for line in _visible_lines()]
+    return reply({"from": iso(window.start), "to": iso(window.end), "plant": plant_output(lines), "lines": lines})

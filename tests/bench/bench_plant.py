@@ -1,0 +1,381 @@
+"""Several lines on one PostgreSQL: each line's pace against one line alone, the
+loop's latency, and what PostgreSQL spends per piece (issue 38).
+
+    .venv/bin/python tests/bench/bench_plant.py [--lines 1,2,4,8] [--pieces 16] [--speed 50]
+        [--idle-seconds 30] [--settle-seconds 12]
+
+One embedded PostgreSQL (fsync on, ``track_commit_timestamp`` on); for each plant
+size in ``--lines``, in turn, a fresh database on it and a plant of that many
+lines (copies of deploy/lines/cell-a.yaml, ids cell-1 … cell-N, registered with
+``shared.db.lines.register_lines``: cell-1 in ``public``, the others each in a
+schema of their own). Every line runs as ``linectl up`` will run it: its
+line_controller and its hardware service as OS processes of their own
+(``python -m services.stack.run_service … --line ID``, transport ``pgsql://`` on
+the same database) and its own simulator (``linectl sim``, same speed and seed
+for every line). Every line gets one order of ``--pieces`` BRACKET-A; all are
+started together, and each line's time runs from its StartOrder to its order
+COMPLETED with no task running.
+
+Per plant size:
+
+* pieces/min of each line (mean and slowest), and the mean against one line alone
+  (the first size in ``--lines``);
+* loop latency, every recorded loop message of the run, all lines pooled:
+  ``loop_message.created_at`` (the message made in the line_controller, just
+  before it is enqueued; a command's is made before its inbox row) to the commit
+  of the transaction that recorded its outcome, ``pg_xact_commit_timestamp(xmin)``.
+  (``handled_at`` is ``now()``: its transaction's *start*, so it would leave out
+  the transaction itself; the status() histogram times the handling only.)
+* PostgreSQL CPU: the postmaster and all its children (``psutil``; backends that
+  ended are in the postmaster's children times), per piece; the lines' services
+  and simulators beside it; the machine's busy share during the run;
+* commits (``pg_stat_database.xact_commit`` of the bench database, read-only ones
+  included) and write transactions (transaction ids assigned) per piece.
+
+Before the orders start, the lines idle for ``--idle-seconds`` (orders created,
+nothing running): what a line costs PostgreSQL per second with nothing to do
+(scheduling ticks, the transport's fallback polls and sweeps). The statistics
+counters lag up to 10 s behind idle backends, so commits are read
+``--settle-seconds`` after the run and the settle's idle commits taken off.
+The last lines print what one line would cost at a real cell's pace (one piece
+a minute) and how many such lines one PostgreSQL core carries (plant_report.py;
+docs/operations.md, "How many lines one PostgreSQL carries").
+"""
+
+import eventlet
+
+eventlet.monkey_patch()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from nameko.standalone.rpc import ClusterRpcProxy  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from services.stack.migrate import upgrade  # noqa: E402
+from shared.db.embedded import EmbeddedPostgres  # noqa: E402
+from shared.db.engine import make_engine  # noqa: E402
+from shared.db.lines import quote, register_lines  # noqa: E402
+from shared.events import LineServices  # noqa: E402
+from tests.bench.bench_event_loop import ceiling  # noqa: E402
+from tests.bench.plant_report import PRODUCT, report, summary  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+
+TEMPLATE = ROOT / "deploy" / "lines" / "cell-a.yaml"
+SEED = 3  # every line's simulator: the same inspection outcomes, so the same work
+
+
+class Line:
+    def __init__(self, n: int, directory: Path):
+        self.id = f"cell-{n}"
+        self.names = LineServices.of_line(self.id, default=n == 1)
+        self.layout_file = directory / f"{self.id}.yaml"
+        self.sim_port = free_port()
+        self.schema = "public"
+        self.order_id = None
+        self.started = self.ended = None  # perf_counter
+        self.started_at = None  # UTC, for the loop_message window
+
+
+def write_plant(directory: Path, count: int) -> tuple[Path, list[Line]]:
+    directory.mkdir(parents=True)
+    template = yaml.safe_load(TEMPLATE.read_text())
+    lines = [Line(n, directory) for n in range(1, count + 1)]
+    for line in lines:
+        layout = {**template, "line": {**template["line"], "id": line.id, "name": f"Bench {line.id}"}}
+        line.layout_file.write_text(yaml.safe_dump(layout, sort_keys=False))
+    plant = {"plant": {"id": f"bench-{count}", "name": f"Bench plant of {count}"},
+             "lines": [{"layout": line.layout_file.name, "plc": "sim"} for line in lines]}
+    plant_file = directory / "plant.yaml"
+    plant_file.write_text(yaml.safe_dump(plant, sort_keys=False))
+    return plant_file, lines
+
+
+def fresh_database(base_url: str, name: str) -> str:
+    engine = make_engine(base_url, pool_size=1)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    url = base_url.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    return url
+
+
+def start_processes(url: str, plant_file: Path, lines: list[Line], args, logs: Path) -> list:
+    """Every line's simulator, hardware and line_controller: (label, Popen)."""
+    base = {**os.environ, "LINECTL_PLANT_FILE": str(plant_file), "LINECTL_DATABASE_URL": url,
+            "LINECTL_PLC": "sim", "LINECTL_SIM_SPEED": f"{args.speed:g}", "LINECTL_DATA_DIR": str(logs),
+            "LINECTL_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    base.pop("LINECTL_AMQP_URI", None)  # pgsql:// on the database
+    procs = []
+    for line in lines:
+        env = {**base, "LINECTL_LINE_FILE": str(line.layout_file), "LINECTL_SIM_PORT": str(line.sim_port)}
+        commands = {
+            "sim": [sys.executable, "-m", "services.stack.cli", "sim", "--seed", str(SEED),
+                    "--pallet-size", str(args.pieces + 8), "--pallet-seconds", "1"],
+            "hardware": [sys.executable, "-m", "services.stack.run_service", "hardware", "--line", line.id],
+            "line_controller": [sys.executable, "-m", "services.stack.run_service", "line_controller",
+                                "--line", line.id],
+        }
+        for kind, argv in commands.items():
+            log = open(logs / f"{line.id}-{kind}.log", "wb")  # noqa: SIM115 - closed with the process
+            procs.append((f"{line.id} {kind}", subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log,
+                                                                stderr=subprocess.STDOUT)))
+    return procs
+
+
+def stop_processes(procs: list) -> None:
+    for _, proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + 40
+    for label, proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"  {label} did not stop: killed", file=sys.stderr)
+            proc.kill()
+            proc.wait()
+
+
+def wait_until(predicate, timeout: float, what: str, procs: list) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:  # noqa: BLE001 - a service not up yet: ask again
+            pass
+        dead = [label for label, proc in procs if proc.poll() is not None]
+        if dead:
+            raise SystemExit(f"{', '.join(dead)} exited while waiting for {what} (logs in the temp dir)")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        eventlet.sleep(0.2)
+
+
+def wait_ready(rpc, lines: list[Line], procs: list) -> None:
+    """Every line's PLC connected and its controller's recovery check done; the
+    processes start at once, so on a small machine a plant of 8 takes a while."""
+    deadline = time.monotonic() + 90 + 30 * len(lines)
+    for line in lines:
+        hardware, controller = getattr(rpc, line.names.hardware), getattr(rpc, line.names.line_controller)
+        wait_until(lambda hw=hardware: hw.plc_state()["connected"], deadline - time.monotonic(),
+                   f"{line.id}'s PLC", procs)
+        wait_until(lambda lc=controller: not lc.status()["recovering"], deadline - time.monotonic(),
+                   f"{line.id}'s controller", procs)
+
+
+def command(rpc, line: Line, type_: str, payload: dict, wait: float) -> dict:
+    reply = getattr(rpc, line.names.line_controller).command(type_, payload, "bench", wait_seconds=wait)
+    if reply.get("status") not in ("HANDLED", "QUEUED"):
+        raise SystemExit(f"{line.id}: {type_} answered {reply}")
+    return reply
+
+
+class Meter:
+    """PostgreSQL's CPU seconds, the services', the machine's busy seconds, the bench
+    database's commits and the cluster's transaction ids, at one moment."""
+
+    def __init__(self, server: EmbeddedPostgres, engine, database: str, procs: list):
+        pid = int((server.pgdata / "postmaster.pid").read_text().split()[0])
+        self.postmaster = psutil.Process(pid)
+        self.engine, self.database = engine, database
+        self.procs = [(label.endswith(" sim"), psutil.Process(p.pid)) for label, p in procs]
+        self.bench = psutil.Process()
+
+    def pg_cpu(self) -> float:
+        t = self.postmaster.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in self.postmaster.children():
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.NoSuchProcess:
+                pass  # it ended: its time is in the postmaster's children times by now
+        return total
+
+    def counters(self) -> dict:
+        with self.engine.connect() as conn:
+            commits = conn.execute(text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
+                                   {"d": self.database}).scalar()
+            xids = conn.execute(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")).scalar()
+        return {"commits": commits, "xids": xids}
+
+    def cpu(self) -> dict:
+        machine = psutil.cpu_times()
+        own = [(sim, sum(p.cpu_times()[:2])) for sim, p in self.procs]
+        return {"pg": self.pg_cpu(),
+                "services": sum(t for sim, t in own if not sim), "sims": sum(t for sim, t in own if sim),
+                "bench": sum(self.bench.cpu_times()[:2]),
+                "busy": sum(machine[:3]) + sum(getattr(machine, k, 0.0) for k in ("irq", "softirq", "steal")),
+                "wall": time.monotonic()}
+
+    def sample(self) -> dict:
+        return {**self.cpu(), **self.counters()}
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: after[k] - before[k] for k in after}
+
+
+def progress_sql(lines: list[Line]) -> str:
+    return " UNION ALL ".join(
+        f"SELECT {i} AS i, (SELECT status FROM {quote(line.schema)}.work_order WHERE id = {int(line.order_id)}) "
+        f"AS status, (SELECT count(*) FROM {quote(line.schema)}.task WHERE status = 'RUNNING') AS running"
+        for i, line in enumerate(lines))
+
+
+def run_orders(rpc, engine, lines: list[Line], timeout: float, procs: list) -> None:
+    """Start every line's order (queued, not waited for), then note when each is done."""
+    for line in lines:
+        line.started_at, line.started = datetime.now(UTC), time.perf_counter()
+        command(rpc, line, "StartOrder", {"workOrderId": line.order_id}, 0)
+    sql = text(progress_sql(lines))
+    deadline = time.monotonic() + timeout
+    while any(line.ended is None for line in lines):
+        with engine.connect() as conn:  # read-only, rolled back: no commit counted
+            rows = conn.execute(sql).all()
+        now = time.perf_counter()
+        for row in rows:
+            if lines[row.i].ended is None and row.status == "COMPLETED" and row.running == 0:
+                lines[row.i].ended = now
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out: {[line.id for line in lines if line.ended is None]} not done")
+        if any(proc.poll() is not None for _, proc in procs):
+            raise SystemExit("a service exited during the run (logs in the temp dir)")
+        eventlet.sleep(0.1)
+
+
+def loop_figures(engine, lines: list[Line]) -> tuple[list[float], int]:
+    """Seconds from each loop message's creation to its transaction's commit, and
+    the loop's own transactions (messages recorded, scheduling rounds), of the run."""
+    values, transactions = [], 0
+    with engine.connect() as conn:
+        for line in lines:
+            schema, t = quote(line.schema), {"t": line.started_at}
+            values += conn.execute(text(
+                f"SELECT EXTRACT(EPOCH FROM pg_xact_commit_timestamp(xmin) - created_at)::float8 "
+                f"FROM {schema}.loop_message WHERE created_at >= :t AND status <> 'QUEUED'"), t).scalars().all()
+            transactions += conn.execute(text(
+                f"SELECT (SELECT count(*) FROM {schema}.loop_message WHERE created_at >= :t) + "
+                f"(SELECT count(DISTINCT tx_id) FROM {schema}.event_log WHERE at >= :t AND message_id IS NULL)"),
+                t).scalar()
+    return sorted(v for v in values if v is not None), transactions
+
+
+def measure(server, url: str, lines: list[Line], procs: list, args) -> dict:
+    """The idle window, then the orders, with the meters around both."""
+    database = url.rsplit("/", 1)[1]
+    engine = make_engine(url, pool_size=2)
+    config = {"AMQP_URI": "pgsql://" + url.split("://", 1)[1], "serializer": "json"}
+    try:
+        with ClusterRpcProxy(config, timeout=30) as rpc:
+            wait_ready(rpc, lines, procs)
+            for line in lines:
+                # With a code: a line outside public cannot number one yet (pg_get_serial_sequence).
+                order = command(rpc, line, "CreateOrder", {"productId": PRODUCT, "quantity": args.pieces,
+                                                           "code": f"BENCH-{line.id}"}, 30)
+                line.order_id = order["result"]["id"]
+            meter = Meter(server, engine, database, procs)
+            eventlet.sleep(args.settle_seconds)  # the start-up's statistics flushed
+            idle_start = meter.sample()
+            eventlet.sleep(args.idle_seconds)
+            before = meter.sample()
+            idle = delta(before, idle_start)
+            run_orders(rpc, engine, lines, 120 + args.pieces * 3000 / args.speed * len(lines), procs)
+            run_cpu = delta(meter.cpu(), before)
+            eventlet.sleep(args.settle_seconds)
+            counted = delta(meter.counters(), before)
+        per_second = {k: idle[k] / idle["wall"] for k in ("pg", "commits", "xids")}
+        run = {**run_cpu, **{k: counted[k] - per_second[k] * args.settle_seconds for k in ("commits", "xids")}}
+        latency, loop_tx = loop_figures(engine, lines)
+        return {"idle": per_second, "run": run, "latency": latency, "loop_tx": loop_tx}
+    finally:
+        engine.dispose()
+
+
+def run_plant(server, base_url: str, count: int, args, tmp: Path) -> dict:
+    plant_file, lines = write_plant(tmp / f"plant-{count}", count)
+    url = fresh_database(base_url, f"plant_{count}")
+    engine = make_engine(url, pool_size=1)
+    with engine.begin() as conn:
+        placed = register_lines(conn, [line.id for line in lines], default=lines[0].id)
+    engine.dispose()
+    for line in lines:
+        line.schema = placed[line.id].schema
+    procs = start_processes(url, plant_file, lines, args, plant_file.parent)
+    try:
+        figures = measure(server, url, lines, procs, args)
+    except BaseException:
+        show_logs(plant_file.parent)
+        raise
+    finally:
+        stop_processes(procs)
+    paces = [args.pieces * 60 / (line.ended - line.started) for line in lines]
+    return {"lines": count, "paces": paces, **figures}
+
+
+def show_logs(directory: Path, tail: int = 30) -> None:
+    for log in sorted(directory.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-tail:]
+        if lines:
+            print(f"--- {log.name}", *lines, sep="\n", file=sys.stderr)
+
+
+def commit_ceiling(base_url: str) -> float:
+    url = fresh_database(base_url, "plant_ceiling")
+    return ceiling(url, 3.0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", default="1,2,4,8", help="plant sizes, in turn (the first is the reference)")
+    ap.add_argument("--pieces", type=int, default=16, help="pieces in every line's order")
+    ap.add_argument("--speed", type=float, default=50.0, help="every simulator's speed")
+    ap.add_argument("--idle-seconds", type=float, default=30.0)
+    ap.add_argument("--settle-seconds", type=float, default=12.0)
+    args = ap.parse_args(argv)
+    sizes = [int(n) for n in args.lines.split(",") if n]
+    with tempfile.TemporaryDirectory(prefix="linectl-bench-plant-") as tmp:
+        server = EmbeddedPostgres(Path(tmp) / "pg")
+        base = server.start()
+        try:
+            engine = make_engine(base, pool_size=1)
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("ALTER SYSTEM SET track_commit_timestamp = on"))
+            engine.dispose()
+            server.restart()  # track_commit_timestamp takes a restart
+            ceil = commit_ceiling(base)
+            results = []
+            for count in sizes:
+                print(f"== {count} line(s)", flush=True)
+                try:
+                    results.append(run_plant(server, base, count, args, Path(tmp)))
+                except SystemExit as exc:  # the other sizes still count
+                    print(f"{count} line(s) not measured: {exc}", flush=True)
+                    continue
+                print(summary(results[-1], args.pieces), flush=True)
+        finally:
+            server.stop()
+    if not results:
+        return 1
+    report(results, args, ceil)
+    return 0 if len(results) == len(sizes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
