@@ -30,7 +30,8 @@ Per plant size:
   ended are in the postmaster's children times), per piece; the lines' services
   and simulators beside it; the machine's busy share during the run;
 * commits (``pg_stat_database.xact_commit`` of the bench database, read-only ones
-  included) and write transactions (transaction ids assigned) per piece.
+  included), write transactions (transaction ids assigned) and WAL flushes to
+  disk (``pg_stat_wal.wal_sync``: commits that waited for one share it) per piece.
 
 Before the orders start, the lines idle for ``--idle-seconds`` (orders created,
 nothing running): what a line costs PostgreSQL per second with nothing to do
@@ -213,7 +214,8 @@ class Meter:
             commits = conn.execute(text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
                                    {"d": self.database}).scalar()
             xids = conn.execute(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")).scalar()
-        return {"commits": commits, "xids": xids}
+            syncs = conn.execute(text("SELECT wal_sync FROM pg_stat_wal")).scalar()
+        return {"commits": commits, "xids": xids, "syncs": syncs}
 
     def cpu(self) -> dict:
         machine = psutil.cpu_times()
@@ -286,7 +288,6 @@ def measure(server, url: str, lines: list[Line], procs: list, args) -> dict:
         with ClusterRpcProxy(config, timeout=30) as rpc:
             wait_ready(rpc, lines, procs)
             for line in lines:
-                # With a code: a line outside public cannot number one yet (pg_get_serial_sequence).
                 order = command(rpc, line, "CreateOrder", {"productId": PRODUCT, "quantity": args.pieces,
                                                            "code": f"BENCH-{line.id}"}, 30)
                 line.order_id = order["result"]["id"]
@@ -300,8 +301,9 @@ def measure(server, url: str, lines: list[Line], procs: list, args) -> dict:
             run_cpu = delta(meter.cpu(), before)
             eventlet.sleep(args.settle_seconds)
             counted = delta(meter.counters(), before)
-        per_second = {k: idle[k] / idle["wall"] for k in ("pg", "commits", "xids")}
-        run = {**run_cpu, **{k: counted[k] - per_second[k] * args.settle_seconds for k in ("commits", "xids")}}
+        per_second = {k: idle[k] / idle["wall"] for k in ("pg", "commits", "xids", "syncs")}
+        run = {**run_cpu, **{k: counted[k] - per_second[k] * args.settle_seconds
+                             for k in ("commits", "xids", "syncs")}}
         latency, loop_tx = loop_figures(engine, lines)
         return {"idle": per_second, "run": run, "latency": latency, "loop_tx": loop_tx}
     finally:

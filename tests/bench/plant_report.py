@@ -32,7 +32,8 @@ def summary(r: dict, pieces: int) -> str:
 def table(results: list[dict], pieces: int) -> None:
     cores = os.cpu_count()
     print(f"{'lines':>5}{'ppm mean':>9}{'ppm min':>8}{'vs 1':>6}{'p50 ms':>7}{'p99 ms':>7}{'msgs':>6}"
-          f"{'PG cpu-s/pc':>12}{'commits/pc':>11}{'write tx/pc':>12}{'loop tx/pc':>11}{'svc cpu-s/pc':>13}"
+          f"{'PG cpu-s/pc':>12}{'commits/pc':>11}{'write tx/pc':>12}{'loop tx/pc':>11}{'fsyncs/pc':>10}"
+          f"{'svc cpu-s/pc':>13}"
           f"{'sim cpu-s/pc':>13}{'ours':>5}{'others':>7}")
     alone = sum(results[0]["paces"]) / len(results[0]["paces"])
     for r in results:
@@ -42,7 +43,8 @@ def table(results: list[dict], pieces: int) -> None:
         print(f"{n:>5}{mean:>9.1f}{min(r['paces']):>8.1f}{mean / alone:>6.2f}"
               f"{percentile(lat, 0.5) * 1000:>7.0f}{percentile(lat, 0.99) * 1000:>7.0f}{len(lat):>6}"
               f"{run['pg'] / total:>12.3f}{run['commits'] / total:>11.0f}{run['xids'] / total:>12.0f}"
-              f"{r['loop_tx'] / total:>11.1f}{run['services'] / total:>13.3f}{run['sims'] / total:>13.3f}"
+              f"{r['loop_tx'] / total:>11.1f}{run['syncs'] / total:>10.1f}"
+              f"{run['services'] / total:>13.3f}{run['sims'] / total:>13.3f}"
               f"{ours:>5.0%}{run['busy'] / run['wall'] / cores - ours:>7.0%}")
 
 
@@ -56,32 +58,35 @@ def fit(results: list[dict], key: str) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def real_pace(results: list[dict], pieces: int, ceil: float) -> None:
+def idle_table(results: list[dict]) -> None:
     print("\nidle (orders created, nothing running), the whole plant per second:")
-    print(f"{'lines':>5}{'PG cpu-ms/s':>12}{'commits/s':>10}{'write tx/s':>11}")
+    print(f"{'lines':>5}{'PG cpu-ms/s':>12}{'commits/s':>10}{'write tx/s':>11}{'fsyncs/s':>9}")
     for r in results:
         idle = r["idle"]
-        print(f"{r['lines']:>5}{idle['pg'] * 1000:>12.1f}{idle['commits']:>10.1f}{idle['xids']:>11.1f}")
-    cpu_fixed, cpu_line = fit(results, "pg")
-    commits_fixed, commits_line = fit(results, "commits")
-    print(f"fit: PG CPU {cpu_fixed * 1000:.1f} ms/s + {cpu_line * 1000:.2f} ms/s per line; "
-          f"commits {commits_fixed:.2f}/s + {commits_line:.2f}/s per line")
-    print("\nwork per piece (the run less the plant's idle cost over the run's time):")
-    works = []
-    for r in results:
-        run, idle, total = r["run"], r["idle"], pieces * r["lines"]
-        works.append(((run["pg"] - idle["pg"] * run["wall"]) / total,
-                      (run["commits"] - idle["commits"] * run["wall"]) / total))
-        print(f"{r['lines']:>5} lines: {works[-1][0]:.3f} PG CPU-s, {works[-1][1]:.0f} commits")
-    cpu, commits = max(w[0] for w in works), max(w[1] for w in works)
-    per_minute = cpu + 60 * cpu_line
-    lines = (60 - 60 * cpu_fixed) / per_minute
-    print(f"\none line at 1 piece/min (the largest work per piece): {cpu:.3f} + 60 × {cpu_line:.4f} = "
-          f"{per_minute:.3f} PG CPU-s per minute")
-    print(f"lines per PG core: (60 - 60 × {cpu_fixed:.4f}) / {per_minute:.3f} = {lines:.0f}")
-    commits_minute = commits + 60 * commits_line
-    print(f"commits: {commits:.0f} + 60 × {commits_line:.2f} = {commits_minute:.0f} per line-minute "
-          f"= {commits_minute / 60:.1f}/s per line ({ceil:.0f}/s: one connection's commit ceiling here)")
+        print(f"{r['lines']:>5}{idle['pg'] * 1000:>12.1f}{idle['commits']:>10.1f}{idle['xids']:>11.1f}"
+              f"{idle['syncs']:>9.1f}")
+
+
+def work_per_piece(results: list[dict], pieces: int, key: str) -> float:
+    """The largest over the plant sizes of: the run's ``key`` less the plant's idle
+    rate over the run's time, per piece."""
+    return max((r["run"][key] - r["idle"][key] * r["run"]["wall"]) / (pieces * r["lines"]) for r in results)
+
+
+def real_pace(results: list[dict], pieces: int, ceil: float) -> None:
+    idle_table(results)
+    figures = {key: (work_per_piece(results, pieces, key), *fit(results, key)) for key in ("pg", "commits", "syncs")}
+    print("\nper line at 1 piece/min = work per piece (the run less the plant's idle cost over its time; "
+          "the largest of the sizes) + 60 s × idle per line (the slope of idle against lines; fixed: the intercept)")
+    for key, label, f in (("pg", "PG CPU-s", ".3f"), ("commits", "commits", ".0f"), ("syncs", "WAL fsyncs", ".1f")):
+        work, fixed, per_line = figures[key]
+        minute = work + 60 * per_line
+        print(f"  {label}: {work:{f}} + 60 × {per_line:.4f} = {minute:{f}} per line-minute "
+              f"({minute / 60:.4f}/s per line; fixed {fixed:.4f}/s)")
+    work, fixed, per_line = figures["pg"]
+    minute = work + 60 * per_line
+    print(f"lines per PG core: (60 - 60 × {fixed:.4f}) / {minute:.3f} = {(60 - 60 * fixed) / minute:.0f}; "
+          f"one connection's commit ceiling here {ceil:.0f}/s")
 
 
 def report(results: list[dict], args, ceil: float) -> None:
