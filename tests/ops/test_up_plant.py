@@ -94,9 +94,10 @@ def controller_status(amqp_uri: str, service: str) -> dict | None:
         return None
 
 
-def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plant_file):
-    # No retention job: one process less to start (it is the plant's, not a line's).
-    stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file),
+def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plant_file, rabbit_uri):
+    # On RabbitMQ (tests/ops/test_plant.py runs a plant on pgsql://): a line's names work
+    # the same on both. No retention job: one process less to start (it is the plant's).
+    stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), "LINECTL_AMQP_URI": rabbit_uri,
                                      "LINECTL_RETENTION_INTERVAL_SECONDS": "0"})
     base = free_port_run(len(LINES), avoid=(stack.http_port, stack.pg_port, stack.sim_port))
     stack.env["LINECTL_SIM_PORT"] = str(base)
