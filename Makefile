@@ -34,7 +34,8 @@ bench: $(STAMP)
 	done
 
 # ≥ 20 random kills (line_controller, hardware, PostgreSQL) during a running order;
-# not part of `make test` nor `make bench`. SOAK_ARGS="--kills 40 --seed 7" to vary.
+# not part of `make test` nor `make bench`. SOAK_ARGS="--kills 40 --seed 7" to vary;
+# SOAK_ARGS=--plant: a plant of three lines, one of them hit (tests/bench/soak_plant.py).
 soak: $(STAMP)
 	$(BIN)/python tests/bench/soak_crash.py $(SOAK_ARGS)
 

@@ -8,13 +8,13 @@ One embedded PostgreSQL (fsync on, ``track_commit_timestamp`` on); for each plan
 size in ``--lines``, in turn, a fresh database on it and a plant of that many
 lines (copies of deploy/lines/cell-a.yaml, ids cell-1 … cell-N, registered with
 ``shared.db.lines.register_lines``: cell-1 in ``public``, the others each in a
-schema of their own). Every line runs as ``linectl up`` will run it: its
-line_controller and its hardware service as OS processes of their own
-(``python -m services.stack.run_service … --line ID``, transport ``pgsql://`` on
-the same database) and its own simulator (``linectl sim``, same speed and seed
-for every line). Every line gets one order of ``--pieces`` BRACKET-A; all are
-started together, and each line's time runs from its StartOrder to its order
-COMPLETED with no task running.
+schema of their own). Every line runs as ``linectl up`` runs it: its
+line_controller and hardware service as OS processes of their own (``python -m
+services.stack.run_service … --line ID``; transport ``pgsql://`` on the same
+database, or RabbitMQ with ``--transport amqp``) and its own simulator
+(``linectl sim``, the same speed and seed for every line). Every line gets one
+order of ``--pieces`` BRACKET-A; all start together, and each line's time runs
+from its StartOrder to its order COMPLETED with no task running.
 
 Per plant size:
 
@@ -31,7 +31,7 @@ Per plant size:
   and simulators beside it; the machine's busy share during the run;
 * commits (``pg_stat_database.xact_commit`` of the bench database, read-only ones
   included), write transactions (transaction ids assigned) and WAL flushes to
-  disk (``pg_stat_wal.wal_sync``: commits that waited for one share it) per piece.
+  disk (``pg_stat_io``'s WAL fsyncs: commits that waited for one share it) per piece.
 
 Before the orders start, the lines idle for ``--idle-seconds`` (orders created,
 nothing running): what a line costs PostgreSQL per second with nothing to do
@@ -71,6 +71,7 @@ from shared.db.engine import make_engine  # noqa: E402
 from shared.db.lines import quote, register_lines  # noqa: E402
 from shared.events import LineServices  # noqa: E402
 from tests.bench.bench_event_loop import ceiling  # noqa: E402
+from tests.bench.bench_flow import transport  # noqa: E402
 from tests.bench.plant_report import PRODUCT, report, summary  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
@@ -115,12 +116,11 @@ def fresh_database(base_url: str, name: str) -> str:
     return url
 
 
-def start_processes(url: str, plant_file: Path, lines: list[Line], args, logs: Path) -> list:
+def start_processes(url: str, amqp: str, plant_file: Path, lines: list[Line], args, logs: Path) -> list:
     """Every line's simulator, hardware and line_controller: (label, Popen)."""
-    base = {**os.environ, "LINECTL_PLANT_FILE": str(plant_file), "LINECTL_DATABASE_URL": url,
+    base = {**os.environ, "LINECTL_PLANT_FILE": str(plant_file), "LINECTL_DATABASE_URL": url, "LINECTL_AMQP_URI": amqp,
             "LINECTL_PLC": "sim", "LINECTL_SIM_SPEED": f"{args.speed:g}", "LINECTL_DATA_DIR": str(logs),
             "LINECTL_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
-    base.pop("LINECTL_AMQP_URI", None)  # pgsql:// on the database
     procs = []
     for line in lines:
         env = {**base, "LINECTL_LINE_FILE": str(line.layout_file), "LINECTL_SIM_PORT": str(line.sim_port)}
@@ -187,6 +187,11 @@ def command(rpc, line: Line, type_: str, payload: dict, wait: float) -> dict:
     return reply
 
 
+# WAL flushes to disk: pg_stat_io from PostgreSQL 18 on (the embedded server's), pg_stat_wal before.
+WAL_SYNCS = {True: "SELECT sum(fsyncs)::bigint FROM pg_stat_io WHERE object = 'wal'",
+             False: "SELECT wal_sync FROM pg_stat_wal"}
+
+
 class Meter:
     """PostgreSQL's CPU seconds, the services', the machine's busy seconds, the bench
     database's commits and the cluster's transaction ids, at one moment."""
@@ -214,7 +219,8 @@ class Meter:
             commits = conn.execute(text("SELECT xact_commit FROM pg_stat_database WHERE datname = :d"),
                                    {"d": self.database}).scalar()
             xids = conn.execute(text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")).scalar()
-            syncs = conn.execute(text("SELECT wal_sync FROM pg_stat_wal")).scalar()
+            version = int(conn.execute(text("SHOW server_version_num")).scalar())
+            syncs = conn.execute(text(WAL_SYNCS[version >= 180000])).scalar()
         return {"commits": commits, "xids": xids, "syncs": syncs}
 
     def cpu(self) -> dict:
@@ -279,11 +285,11 @@ def loop_figures(engine, lines: list[Line]) -> tuple[list[float], int]:
     return sorted(v for v in values if v is not None), transactions
 
 
-def measure(server, url: str, lines: list[Line], procs: list, args) -> dict:
+def measure(server, url: str, amqp: str, lines: list[Line], procs: list, args) -> dict:
     """The idle window, then the orders, with the meters around both."""
     database = url.rsplit("/", 1)[1]
     engine = make_engine(url, pool_size=2)
-    config = {"AMQP_URI": "pgsql://" + url.split("://", 1)[1], "serializer": "json"}
+    config = {"AMQP_URI": amqp, "serializer": "json"}
     try:
         with ClusterRpcProxy(config, timeout=30) as rpc:
             wait_ready(rpc, lines, procs)
@@ -319,14 +325,16 @@ def run_plant(server, base_url: str, count: int, args, tmp: Path) -> dict:
     engine.dispose()
     for line in lines:
         line.schema = placed[line.id].schema
-    procs = start_processes(url, plant_file, lines, args, plant_file.parent)
+    amqp, cleanup = transport(url, args.transport)
+    procs = start_processes(url, amqp, plant_file, lines, args, plant_file.parent)
     try:
-        figures = measure(server, url, lines, procs, args)
+        figures = measure(server, url, amqp, lines, procs, args)
     except BaseException:
         show_logs(plant_file.parent)
         raise
     finally:
         stop_processes(procs)
+        cleanup()
     paces = [args.pieces * 60 / (line.ended - line.started) for line in lines]
     return {"lines": count, "paces": paces, **figures}
 
@@ -350,6 +358,8 @@ def main(argv=None) -> int:
     ap.add_argument("--speed", type=float, default=50.0, help="every simulator's speed")
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--settle-seconds", type=float, default=12.0)
+    ap.add_argument("--transport", choices=("pgsql", "amqp"), default="pgsql",
+                    help="amqp: RabbitMQ on 127.0.0.1:5672 (a private vhost) or LINECTL_BENCH_AMQP_URI")
     args = ap.parse_args(argv)
     sizes = [int(n) for n in args.lines.split(",") if n]
     with tempfile.TemporaryDirectory(prefix="linectl-bench-plant-") as tmp:

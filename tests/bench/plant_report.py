@@ -55,7 +55,7 @@ def fit(results: list[dict], key: str) -> tuple[float, float]:
         return 0.0, ys[0] / xs[0]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
+    return max(0.0, my - slope * mx), slope  # a negative intercept is the noise of a fixed cost near 0
 
 
 def idle_table(results: list[dict]) -> None:
@@ -91,6 +91,7 @@ def real_pace(results: list[dict], pieces: int, ceil: float) -> None:
 
 def report(results: list[dict], args, ceil: float) -> None:
     print(f"\nplant benchmark: every line one order of {args.pieces} × {PRODUCT}, simulator speed {args.speed:g}, "
+          f"transport {args.transport}, "
           f"one PostgreSQL (fsync on), {os.cpu_count()} cores; ours/others: the machine's CPU our processes / "
           f"everything else used during the run")
     table(results, args.pieces)

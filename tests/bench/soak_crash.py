@@ -34,6 +34,8 @@ as the new one's standby, so the next failover goes back). The ``postgres``
 victim stays a crash of the primary that comes back in place: kills of the
 primary alternate with failovers. A failover must ask nothing and lose nothing.
 
+``--plant`` runs the plant soak instead (tests/bench/soak_plant.py; its own options).
+
 ``--quantity 0`` runs the kill/restart/readiness cycle without an order.
 Bounded: each restart must be ready within 120 s, the orders must finish
 within ``--finish-seconds`` after the last kill.
@@ -138,6 +140,9 @@ def _wait_recovery_checked(db_url: str, after_seq: int, timeout: float = 60.0) -
 
 
 def main() -> int:
+    if "--plant" in sys.argv[1:]:  # a plant of several lines, one of them hit: tests/bench/soak_plant.py
+        from tests.bench.soak_plant import main as plant_main
+        return plant_main([arg for arg in sys.argv[1:] if arg != "--plant"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--clean-restarts", type=int, default=5, help="SIGTERMs of the hardware service")

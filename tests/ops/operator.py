@@ -122,12 +122,14 @@ FAULT_KINDS = ("MACHINE_FAULT_DURING_CYCLE", "CYCLE_OVERDUE")
 RETRY_KINDS = ("ACTION_FAILED", "EQUIPMENT_FAULT")
 
 
-def resolve_open_faults(stack, token: str, rng, answers: dict | None = None) -> int:
+def resolve_open_faults(stack, token: str, rng, answers: dict | None = None, line_id: str | None = None) -> int:
     """Answer every open fault question with a random allowed choice, as a scripted
     operator at the cell; an answer refused with 409 EQUIPMENT_FAULTED (the PLC's
     clear not seen yet) is left for the next call. How many were accepted;
-    ``answers`` counts them by (kind, choice)."""
-    code, body = stack.get("/api/manual-actions?status=OPEN&limit=500", token)
+    ``answers`` counts them by (kind, choice). ``line_id``: a plant's line (its
+    ``/api/lines/<id>`` paths) instead of the default line."""
+    prefix = f"/api/lines/{line_id}" if line_id else ""
+    code, body = stack.get(_path(prefix, "/api/manual-actions?status=OPEN&limit=500"), token)
     if code != 200:
         return 0
     accepted = 0
@@ -138,7 +140,7 @@ def resolve_open_faults(stack, token: str, rng, answers: dict | None = None) -> 
             choice = "RETRY"
         else:
             continue
-        code, reply = stack.request("POST", f"/api/manual-actions/{action['id']}/resolve",
+        code, reply = stack.request("POST", _path(prefix, f"/api/manual-actions/{action['id']}/resolve"),
                                     {"resolution": choice}, token, timeout=30)
         if code == 200:
             accepted += 1
