@@ -155,13 +155,18 @@ def _other_sessions(conn) -> int:
 
 
 def _drop_statements(relations) -> list[str]:
-    """Tables first (CASCADE takes their views and owned sequences), then what is left."""
+    """Every other line's schema (shared.db.lines), then public's tables (CASCADE takes
+    their views and owned sequences), then what is left, then public's functions
+    (the dump makes them again)."""
     order = {"r": 0, "p": 0, "f": 0, "m": 1, "v": 1, "S": 2}
     keyword = {"r": "TABLE", "p": "TABLE", "f": "FOREIGN TABLE", "m": "MATERIALIZED VIEW", "v": "VIEW",
                "S": "SEQUENCE"}
     quote = lambda s: '"' + s.replace('"', '""') + '"'  # noqa: E731
-    return [f"DROP {keyword[k]} IF EXISTS {quote(s)}.{quote(n)} CASCADE;"
-            for s, n, k in sorted(relations, key=lambda r: order[r[2]])]
+    schemas = sorted({s for s, _n, _k in relations if s != "public"})
+    return ([f"DROP SCHEMA IF EXISTS {quote(s)} CASCADE;" for s in schemas]
+            + [f"DROP {keyword[k]} IF EXISTS {quote(s)}.{quote(n)} CASCADE;"
+               for s, n, k in sorted(relations, key=lambda r: order[r[2]]) if s == "public"]
+            + ["DROP FUNCTION IF EXISTS public.next_work_order_number();"])
 
 
 def restore(url: str, source: Path, bin_dir: Path, *, force: bool = False) -> None:

@@ -60,11 +60,11 @@ def fit(results: list[dict], key: str) -> tuple[float, float]:
 
 def idle_table(results: list[dict]) -> None:
     print("\nidle (orders created, nothing running), the whole plant per second:")
-    print(f"{'lines':>5}{'PG cpu-ms/s':>12}{'commits/s':>10}{'write tx/s':>11}{'fsyncs/s':>9}")
+    print(f"{'lines':>5}{'PG cpu-ms/s':>12}{'commits/s':>10}{'write tx/s':>11}{'fsyncs/s':>9}{'svc cpu-ms/s':>13}")
     for r in results:
         idle = r["idle"]
         print(f"{r['lines']:>5}{idle['pg'] * 1000:>12.1f}{idle['commits']:>10.1f}{idle['xids']:>11.1f}"
-              f"{idle['syncs']:>9.1f}")
+              f"{idle['syncs']:>9.1f}{idle['services'] * 1000:>13.1f}")
 
 
 def work_per_piece(results: list[dict], pieces: int, key: str) -> float:
