@@ -25,6 +25,7 @@ from shared import serialize
 from shared.config import Settings
 from shared.db.dependency import Database
 from shared.db.engine import make_engine, make_sessionmaker
+from shared.db.lines import register_lines
 from shared.db.models import (
     JOB_TERMINAL,
     Alarm,
@@ -340,3 +341,28 @@ def stand_ins_of_line(line_id: str, schema: str, line_file, *, plc_connected: bo
     hardware = type(f"StandInHardware_{line_id}", (StandInHardware,),
                     {"name": names.hardware, "status": rpc(status)})
     return controller, hardware
+
+
+PLANT_LAYOUTS = ("line.yaml", "lines/cell-b.yaml", "lines/cell-c.yaml")  # demo-cell (public), cell-b, cell-c
+
+
+def write_plant_file(path, deploy, plant_id: str):
+    """A plant of the demo cell, cell-b and cell-c (the first keeps ``public``)."""
+    path.write_text(f"plant: {{id: {plant_id}, name: {plant_id}}}\nlines:\n"
+                    + "".join(f"  - layout: {deploy / layout}\n" for layout in PLANT_LAYOUTS))
+    return path
+
+
+def open_plant_lines(db_url: str, writable, plant) -> tuple[dict, dict, list]:
+    """Every line's tables made and seeded as its controller would: ({line id:
+    read-write sessions}, {line id: schema}, the engines to dispose)."""
+    owner = make_engine(db_url, pool_size=1)
+    with owner.begin() as conn:
+        places = register_lines(conn, list(plant.line_ids), default=plant.default_line.id)
+    owner.dispose()
+    sessions, engines = {plant.default_line.id: writable}, []
+    for line in plant.lines[1:]:
+        engines.append(make_engine(db_url, pool_size=2, schema=places[line.id].schema))
+        sessions[line.id] = make_sessionmaker(engines[-1])
+        seed_line(sessions[line.id], line.layout)
+    return sessions, {line_id: place.schema for line_id, place in places.items()}, engines

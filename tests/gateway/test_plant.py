@@ -25,12 +25,17 @@ from gateway.app import create_app
 from services.identity.passwords import Passwords
 from services.identity.users import UserStore
 from shared.config import load_settings
-from shared.db.engine import make_engine, make_sessionmaker
-from shared.db.lines import register_lines
+from shared.db.engine import make_engine
 from shared.db.models import Alarm, Job, LoopMessage, MachineStateInterval, ManualAction, WorkOrder
 from shared.plant import load_plant
 from tests.gateway.conftest import ADMIN, AUTH, OPERATOR
-from tests.gateway.standin import EventWriter, StandInLineController, seed_line, stand_ins_of_line
+from tests.gateway.standin import (
+    EventWriter,
+    StandInLineController,
+    open_plant_lines,
+    stand_ins_of_line,
+    write_plant_file,
+)
 from tests.identity.conftest import CONSOLE, FAST_ARGON2, PASSWORD
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,29 +46,15 @@ LINES = ("demo-cell", "cell-b", "cell-c")
 
 @pytest.fixture
 def plant_file(tmp_path):
-    path = tmp_path / "plant.yaml"
-    path.write_text("plant: {id: test-plant, name: Test plant}\nlines:\n"
-                    f"  - layout: {DEPLOY / 'line.yaml'}\n"
-                    f"  - layout: {DEPLOY / 'lines' / 'cell-b.yaml'}\n"
-                    f"  - layout: {DEPLOY / 'lines' / 'cell-c.yaml'}\n")
-    return path
+    return write_plant_file(tmp_path / "plant.yaml", DEPLOY, "test-plant")
 
 
 @pytest.fixture
 def lines(db_url, writable, plant_file):
     """Every line's tables, seeded as its controller would: {line id: (read-write sessions, schema)}."""
-    owner = make_engine(db_url, pool_size=1)
-    with owner.begin() as conn:
-        places = register_lines(conn, list(LINES), default=LINES[0])
-    owner.dispose()
-    assert places[LINES[0]].schema == "public"
-    made = {LINES[0]: (writable, "public")}
-    engines = []
-    for line in load_plant(plant_file).lines[1:]:
-        engines.append(make_engine(db_url, pool_size=2, schema=places[line.id].schema))
-        made[line.id] = (make_sessionmaker(engines[-1]), places[line.id].schema)
-        seed_line(made[line.id][0], line.layout)
-    yield made
+    sessions, schemas, engines = open_plant_lines(db_url, writable, load_plant(plant_file))
+    assert schemas[LINES[0]] == "public"
+    yield {line_id: (sessions[line_id], schemas[line_id]) for line_id in LINES}
     for engine in engines:
         engine.dispose()
 

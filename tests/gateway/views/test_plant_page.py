@@ -24,12 +24,11 @@ from sqlalchemy import select
 
 from services.identity.passwords import Passwords
 from services.identity.users import UserStore
-from shared.db.engine import make_engine, make_sessionmaker
-from shared.db.lines import register_lines
+from shared.db.engine import make_engine
 from shared.db.models import Alarm, Job, ManualAction, WorkOrder
 from shared.plant import load_plant
 from tests.gateway.conftest import ADMIN, AUTH, OPERATOR
-from tests.gateway.standin import EventWriter, seed_line, stand_ins_of_line
+from tests.gateway.standin import EventWriter, open_plant_lines, stand_ins_of_line, write_plant_file
 from tests.gateway.views.pages import ARTIFACTS, PAGE_MARKS, asked_by, catalog, fetched, open_page, page_errors
 from tests.gateway.views.test_languages import (  # noqa: F401 - axe_source is a fixture
     READ_TEXTS,
@@ -58,28 +57,15 @@ CARD = "#plant-lines li[data-line-id=\"{}\"]"
 
 @pytest.fixture
 def plant_file(tmp_path):
-    path = tmp_path / "plant.yaml"
-    path.write_text("plant: {id: page-plant, name: Page plant}\nlines:\n"
-                    f"  - layout: {DEPLOY / 'line.yaml'}\n"
-                    f"  - layout: {DEPLOY / 'lines' / 'cell-b.yaml'}\n"
-                    f"  - layout: {DEPLOY / 'lines' / 'cell-c.yaml'}\n")
-    return path
+    return write_plant_file(tmp_path / "plant.yaml", DEPLOY, "page-plant")
 
 
 @pytest.fixture
 def lines(db_url, writable, plant_file):
-    """Every line's tables, seeded as its controller would: {line id: read-write sessions}."""
-    owner = make_engine(db_url, pool_size=1)
-    with owner.begin() as conn:
-        places = register_lines(conn, list(LINES), default=LINES[0])
-    owner.dispose()
-    made, engines = {LINES[0]: writable}, []
-    for line in load_plant(plant_file).lines[1:]:
-        engines.append(make_engine(db_url, pool_size=2, schema=places[line.id].schema))
-        made[line.id] = make_sessionmaker(engines[-1])
-        seed_line(made[line.id], line.layout)
-    made["schemas"] = {line_id: place.schema for line_id, place in places.items()}
-    yield made
+    """Every line's tables, seeded as its controller would: {line id: read-write sessions},
+    and "schemas": {line id: schema}."""
+    sessions, schemas, engines = open_plant_lines(db_url, writable, load_plant(plant_file))
+    yield {**sessions, "schemas": schemas}
     for engine in engines:
         engine.dispose()
 
