@@ -57,10 +57,18 @@ class EnvelopeWorker(ThreadWorker):
         return super().handle(conn)
 
     def init_signals(self):
-        super().init_signals()
         reread = getattr(self.app, "reread_tokens", None)  # the gateway's GatewayServer
-        if reread is not None:
+        if reread is None:
+            return super().init_signals()
+        # gunicorn's set-up resets SIGHUP to its default (exit) first: held back
+        # until the handler is in place, a SIGHUP in between is not fatal but handled.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            super().init_signals()
             signal.signal(signal.SIGHUP, lambda _signum, _frame: reread())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        return None
 
     def handle_error(self, req, client, addr, exc):
         refused = request_refusal(exc)

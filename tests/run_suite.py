@@ -50,17 +50,29 @@ def shard_count() -> int:
     return int(raw)
 
 
-def module_split(shards: int) -> list[list[str]]:
-    """Every test module, in ``shards`` groups of about equal recorded duration
-    (the longest first, each to the group with least so far). A module with no
-    recorded tests counts as the median module."""
+def ignored(args: list[str]) -> set[str]:
+    """The paths of ``--ignore=PATH`` / ``--ignore PATH``: pytest does not ignore a
+    module named on its command line, so the split leaves them out itself."""
+    paths = [a.partition("=")[2] for a in args if a.startswith("--ignore=")]
+    paths += [b for a, b in zip(args, args[1:], strict=False) if a == "--ignore"]
+    return {str((ROOT / p).resolve().relative_to(ROOT)) for p in paths}
+
+
+def _left_out(module: Path, leave_out: set[str]) -> bool:
+    return any(module == ROOT / p or (ROOT / p) in module.parents for p in leave_out)
+
+
+def module_split(shards: int, leave_out: set[str] = frozenset()) -> list[list[str]]:
+    """Every test module (but ``leave_out``), in ``shards`` groups of about equal
+    recorded duration (the longest first, each to the group with least so far). A
+    module with no recorded tests counts as the median module."""
     recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     per_module: dict[str, float] = {}
     for test_id, seconds in recorded.items():
         module = test_id.partition("::")[0]
         per_module[module] = per_module.get(module, 0.0) + seconds
     modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                     if "node_modules" not in p.parts)
+                     if "node_modules" not in p.parts and not _left_out(p, leave_out))
     known = sorted(per_module[m] for m in modules if m in per_module) or [1.0]
     median = known[len(known) // 2]
     groups: list[list[str]] = [[] for _ in range(shards)]
@@ -74,7 +86,9 @@ def module_split(shards: int) -> list[list[str]]:
 
 def whole_suite(args: list[str]) -> bool:
     """No paths and no selection: every module runs, so the split can be by module."""
-    return not any(not a.startswith("-") or a.startswith(("-k", "-m", "--lf", "--deselect")) for a in args)
+    values = {i + 1 for i, a in enumerate(args) if a == "--ignore"}  # --ignore PATH: not a path to run
+    return not any((not a.startswith("-") and i not in values) or a.startswith(("-k", "-m", "--lf", "--deselect"))
+                   for i, a in enumerate(args))
 
 
 def start_shard(index: int, shards: int, args: list[str], work: Path,
@@ -133,7 +147,9 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="linectl-suite-") as tmp:
         work = Path(tmp)
-        groups = module_split(shards) if whole_suite(args) else [None] * shards
+        groups = module_split(shards, ignored(args)) if whole_suite(args) else [None] * shards
+        if not all(group is None or group for group in groups):  # pytest given no path runs them all
+            groups = [None] * shards
         running = {i: start_shard(i, shards, args, work, groups[i - 1]) for i in range(1, shards + 1)}
         print(f"running the suite in {shards} shards (logs in {work})", flush=True)
         codes: dict[int, int] = {}

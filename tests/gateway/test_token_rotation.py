@@ -97,6 +97,8 @@ def test_an_open_websocket_of_a_removed_token_is_closed(served, tokens_file, eve
         assert close_code(revoked) == (4401, "token revoked")
         frame = events.write([("AFTER_ROTATION", {})])[0]
         assert json.loads(kept.recv()) == frame  # another token's stream goes on
+        # the other worker notices on its own; a new connection may reach either
+        wait_for_every_worker(served, 0, "the file changed")
         refused = pytest.raises(websocket.WebSocketBadStatusException, connect, served.base, token=OLD)
         assert refused.value.status_code == 401
     finally:
