@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from services.identity.bootstrap import PASSWORD_FILE, ensure_initial_admin
 from services.stack.cli import main
+from tests.gateway.standin import write_plant_file
 from tests.identity.conftest import FAST_ARGON2, PASSWORD
 
 
@@ -33,19 +35,19 @@ def _dump(engine) -> str:
 
 
 def test_users_add_passwd_disable_enable_list(linectl, engine, capsys):
-    assert linectl("add", "alice", "--role", "operator", "--lines", "line-1", "--display-name", "Alice A",
+    assert linectl("add", "alice", "--role", "operator", "--lines", "demo-cell", "--display-name", "Alice A",
                    "--password-stdin", stdin=PASSWORD + "\n") == 0
     assert linectl("passwd", "alice", "--password-stdin", stdin="another long password\n") == 0
     assert linectl("disable", "alice") == 0
     capsys.readouterr()
     assert linectl("list") == 0
     listed = capsys.readouterr().out
-    assert "alice" in listed and "operator" in listed and "disabled" in listed and "line-1" in listed
+    assert "alice" in listed and "operator" in listed and "disabled" in listed and "demo-cell" in listed
     assert linectl("enable", "alice") == 0
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT password_hash, disabled, lines FROM people_user")).one()
         actions = conn.execute(text("SELECT action FROM people_audit ORDER BY id")).scalars().all()
-    assert stored.password_hash.startswith("$argon2id$") and not stored.disabled and stored.lines == ["line-1"]
+    assert stored.password_hash.startswith("$argon2id$") and not stored.disabled and stored.lines == ["demo-cell"]
     assert actions == ["UserAdded", "PasswordChanged", "UserDisabled", "UserEnabled"]
     dump = _dump(engine)
     assert PASSWORD not in dump and "another long password" not in dump
@@ -70,3 +72,16 @@ def test_first_start_creates_admin_once_with_a_private_password_file(engine, peo
     assert ensure_initial_admin(engine, people_settings) is None
     _secret, session = sign_in.attempt("admin", password, "127.0.0.1")
     assert session.person.role == "admin"
+
+
+def test_lines_must_be_lines_of_the_plant(linectl, engine, capsys, monkeypatch, tmp_path):
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    monkeypatch.setenv("LINECTL_PLANT_FILE", str(write_plant_file(tmp_path / "plant.yaml", deploy, "works")))
+    assert linectl("add", "carol", "--role", "operator", "--lines", "cell-b,cell-x",
+                   "--password-stdin", stdin=PASSWORD) == 1
+    err = capsys.readouterr().err
+    assert "--lines cell-x: no such line" in err and "cell-b" in err
+    assert linectl("add", "carol", "--role", "operator", "--lines", "cell-b,cell-c",
+                   "--password-stdin", stdin=PASSWORD) == 0
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name, lines FROM people_user")).all() == [("carol", ["cell-b", "cell-c"])]

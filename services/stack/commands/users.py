@@ -14,6 +14,7 @@ from services.stack.commands.database import database_url, stop_if_started
 from services.stack.migrate import upgrade
 from shared.config import ROLES, Settings
 from shared.db.engine import make_engine
+from shared.plant import PlantError, plant_of
 
 
 def add_arguments(p) -> None:
@@ -51,11 +52,23 @@ def _print_list(store: UserStore) -> None:
         print(f"{user['name']:<24} {user['role']:<9} {state:<9} {lines:<20} {user['displayName']}")
 
 
-def _apply(store: UserStore, args, actor: Actor) -> str | None:
+def _lines(settings: Settings, given: str) -> list[str]:
+    """``--lines``' ids, each a line of the plant (a typo would leave the user no line at all)."""
+    wanted = [part.strip() for part in given.split(",") if part.strip()]
+    if not wanted:
+        return []
+    known = plant_of(settings).line_ids
+    unknown = [line_id for line_id in wanted if line_id not in known]
+    if unknown:
+        raise UserError(f"--lines {','.join(unknown)}: no such line (the lines: {', '.join(known)})")
+    return wanted
+
+
+def _apply(store: UserStore, settings: Settings, args, actor: Actor) -> str | None:
     verb = args.users_command
     if verb == "add":
-        store.add(args.name, args.role, _password(args), actor, lines=args.lines.split(","),
-                  display_name=args.display_name)
+        lines = _lines(settings, args.lines)  # before the password prompt
+        store.add(args.name, args.role, _password(args), actor, lines=lines, display_name=args.display_name)
         return f"user {args.name} added ({args.role})"
     if verb == "passwd":
         store.set_password(args.name, _password(args), actor)
@@ -74,8 +87,8 @@ def run(settings: Settings, args) -> int:
         upgrade(url)
         engine = make_engine(url, pool_size=1)
         store = UserStore(engine, Passwords.from_settings(settings))
-        said = _apply(store, args, Actor(f"linectl users ({getpass.getuser()})", "admin", "console"))
-    except (UserError, PasswordRefused) as exc:
+        said = _apply(store, settings, args, Actor(f"linectl users ({getpass.getuser()})", "admin", "console"))
+    except (UserError, PasswordRefused, PlantError) as exc:
         print(f"linectl users: {exc}", file=sys.stderr)
         return 1
     finally:
