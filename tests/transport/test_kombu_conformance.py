@@ -242,6 +242,29 @@ def test_a_requeue_on_a_lost_session_does_not_raise_and_the_message_comes_again(
         again[0].ack()
 
 
+def test_unacked_messages_restored_on_a_lost_session_do_not_raise_and_come_again(pgsql_url, db_url):
+    """kombu restores a channel's unacked messages when it closes, and once more from
+    a finalizer at the interpreter's exit: on a session already gone, nothing raises
+    (it printed a traceback at every exit), and the sweep hands the message out again."""
+    held = Queue("held", Exchange("held", "direct"), routing_key="k")
+    received = []
+    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn:
+        consumer = Consumer(conn, [held], callbacks=[lambda b, m: received.append(m)])
+        consumer.consume()
+        Producer(conn).publish({"n": 2}, exchange=held.exchange, routing_key="k")
+        drain_until(conn, received, 1)  # delivered, never acked
+        channel = consumer.channel
+        channel._conn.close()  # the session is gone (a server restart, the interpreter's exit)
+        assert channel.qos.restore_unacked() == []
+        assert not channel.qos._delivered
+    again = []
+    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn, \
+            Consumer(conn, [held], callbacks=[lambda b, m: again.append(m)]):
+        drain_until(conn, again, 1)
+        assert again[0].payload == {"n": 2}
+        again[0].ack()
+
+
 def test_topic_keys_without_wildcards_match_exactly_beside_many_bindings(pgsql_url):
     # More bindings than PostgreSQL caches compiled regular expressions (32): plain
     # keys match by equality, wildcard keys by pattern, each exactly as AMQP says.

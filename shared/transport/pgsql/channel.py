@@ -85,7 +85,11 @@ class QoS(virtual.QoS):
                if message.row_id is not None]
         self._delivered.clear()
         if ids:
-            self.channel._release_rows(ids)
+            try:
+                self.channel._release_rows(ids)
+            except psycopg2.Error as exc:  # kombu's exit finalizer, a close after a restart
+                # The session is gone and its claims with it: the sweep redelivers them.
+                log.info("%d unacked message(s) left to the sweep (%s)", len(ids), type(exc).__name__)
         return []
 
 
