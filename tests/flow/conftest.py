@@ -8,6 +8,7 @@ Commands go through the real ``command`` RPC."""
 from __future__ import annotations
 
 import functools
+import logging
 
 import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
@@ -22,6 +23,14 @@ from tests.flow import stack
 from tests.flow.stack import Line
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
+
+
+@pytest.fixture(autouse=True)
+def _hardware_sessions_in_the_report(caplog):
+    """A failing flow test's report shows the hardware's link story (sessions opened,
+    subscriptions, the watcher's edges), not only its warnings."""
+    caplog.set_level(logging.INFO, logger="services.hardware")
+
 
 SIM_SPEED = 1000.0  # a 12 s machining cycle takes 12 ms; the transport dominates
 # The (transport, protocol) pairs a module runs a whole order on: each transport once

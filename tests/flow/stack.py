@@ -90,6 +90,10 @@ class Line(RowQueries):
         parts += [f"message {tuple(r)}" for r in self.rows(
             "SELECT type, status, error_code, error_message FROM loop_message "
             "WHERE status NOT IN ('HANDLED') ORDER BY created_at DESC LIMIT 10")]
+        try:  # the hardware's side: whether its watcher sees the PLC, and why not
+            parts.append(f"hardware: {self.hardware.status()}")
+        except Exception as exc:  # noqa: BLE001 - a failure message is being written; say what failed
+            parts.append(f"hardware: no answer ({type(exc).__name__}: {exc})")
         return "\n".join(parts)
 
 
