@@ -147,11 +147,11 @@ def test_a_session_lost_mid_cycle_comes_back_by_itself_and_nothing_is_lost(layou
 
 
 def test_an_action_sees_its_answer_as_it_is_notified_not_at_its_next_poll(layout, sim):
-    """The handshake waits on the subscription: with a 5 s poll interval an action
-    the simulator ends in 30 ms still ends in a fraction of a second (polling, it
-    would take the 5 s at least once)."""
+    """The handshake waits on the subscription: with a 60 s poll interval an action
+    the simulator ends in 30 ms ends in a fraction of a second (polling, it would
+    take the 60 s at least once; the bound leaves a loaded machine room)."""
     port = OpcUaPort(sim.address, layout, timeout=15.0)
-    runner = ActionRunner(port, layout, action_timeout=30.0, poll_interval=5.0)
+    runner = ActionRunner(port, layout, action_timeout=90.0, poll_interval=60.0)
     build = CommandBuilder(layout)
     try:
         port.read_state()
@@ -160,7 +160,7 @@ def test_an_action_sees_its_answer_as_it_is_notified_not_at_its_next_poll(layout
             started = time.monotonic()
             result = runner.run(ActionRequest(f"n{n}", n, request))
             assert result.ok, result
-            assert time.monotonic() - started < 2.5
+            assert time.monotonic() - started < 20.0
     finally:
         port.close()
 

@@ -81,8 +81,7 @@ class QoS(virtual.QoS):
 
     def restore_unacked(self):
         self._flush()
-        ids = [message.row_id for message in self._delivered.values()
-               if message.row_id is not None]
+        ids = [message.row_id for message in self._delivered.values() if message.row_id is not None]
         self._delivered.clear()
         if ids:
             try:
