@@ -86,8 +86,7 @@ class QoS(virtual.QoS):
         if ids:
             try:
                 self.channel._release_rows(ids)
-            except psycopg2.Error as exc:  # kombu's exit finalizer, a close after a restart
-                # The session is gone and its claims with it: the sweep redelivers them.
+            except psycopg2.Error as exc:  # the session is gone, its claims with it: the sweep redelivers
                 log.info("%d unacked message(s) left to the sweep (%s)", len(ids), type(exc).__name__)
         return []
 
