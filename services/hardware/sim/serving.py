@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
+STOP_GRACE = 10.0  # seconds a signalled stop may take before the process just ends
 
 
 class LoopServer:
@@ -61,8 +64,28 @@ class LoopServer:
         await self._serve()
 
     def serve(self) -> None:
-        """Run in the foreground until interrupted."""
-        asyncio.run(self.run())
+        """Run in the foreground until SIGINT or SIGTERM, then stop as :meth:`stop`
+        does. Not by cancelling the serving task (asyncio.run's SIGINT): a server
+        task that swallows the cancellation (pymodbus' may) left it serving on."""
+
+        async def serve_until_signalled():
+            loop = asyncio.get_running_loop()
+
+            def signalled():
+                if self._stopping.is_set():  # a second signal: at once
+                    os._exit(130)
+                asyncio.ensure_future(self._stop_serving())
+                loop.call_later(STOP_GRACE, os._exit, 1)  # a stop that hangs still ends
+
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, signalled)
+            await self.run()
+
+        asyncio.run(serve_until_signalled())
+
+    async def _stop_serving(self) -> None:
+        self._stopping.set()
+        await self._close_connections()
 
     def start(self, timeout: float | None = None):
         """Run in a background thread (green under eventlet, see above); returns
@@ -85,11 +108,7 @@ class LoopServer:
         if self._loop is None or self._thread is None:
             return
 
-        async def stop():
-            self._stopping.set()
-            await self._close_connections()
-
-        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(stop()))
+        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._stop_serving()))
         self._thread.join(timeout)
 
     def _listening(self) -> None:
