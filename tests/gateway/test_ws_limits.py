@@ -141,7 +141,7 @@ def test_a_stalled_reader_is_cut_off_and_its_queue_freed(gateway_server, events)
         for b in range(3):  # ~5 MB: more than the kernel's socket buffers hold
             events.write([("BIG", {"blob": blob, "b": b, "i": i}) for i in range(100)])
         # The stalled client never reads; the server does not wait on it for ever.
-        wait_for(lambda: open_streams(served.base) == 1, 20, message="the stalled reader cut off")
+        wait_for(lambda: open_streams(served.base) == 1, 60, message="the stalled reader cut off")
         keeping_up.join(20)
         assert [f["payload"]["i"] for f in got] == list(range(100)) * 3  # the reader that keeps up misses nothing
     finally:
