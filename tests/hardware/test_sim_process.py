@@ -12,6 +12,17 @@ from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 
+def stop(proc) -> str:
+    """SIGINT, as an operator's Ctrl-C: the sim ends by itself (killed, and failed, if not)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()  # never left running (and spinning) after the suite
+        proc.communicate()
+        raise
+
+
 def test_linectl_sim_runs_as_its_own_process(layout):
     port = free_port()
     env = {**os.environ, "LINECTL_SIM_SPEED": "100", "LINECTL_LOG_LEVEL": "WARNING"}
@@ -30,8 +41,7 @@ def test_linectl_sim_runs_as_its_own_process(layout):
         assert wait_for(dock, 30, message="linectl sim listening") == [6, 1]
     finally:
         link.close()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out = stop(proc)
     assert f"Modbus TCP on 127.0.0.1:{port}" in out
 
 
@@ -56,8 +66,7 @@ def test_linectl_sim_serves_opc_ua_as_its_own_process(layout):
         assert wait_for(dock, 30, message="linectl sim serving OPC UA") == {"pieces": 6, "arrivals": 1}
     finally:
         client.close()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out = stop(proc)
     assert f"OPC UA on opc.tcp://127.0.0.1:{port}, security none" in out
 
 
