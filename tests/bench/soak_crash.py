@@ -259,7 +259,12 @@ def take_out_finished_pieces(stack: Stack, token: str, answers: dict) -> int:
 
 def inject_fault(stack: Stack, victim: str, rng: random.Random) -> None:
     """A machine fault (or the whole cell's e-stop) now, cleared 0.5..2 s later."""
-    control = _sim_control(stack)
+    play_fault(_sim_control(stack), victim, rng)
+
+
+def play_fault(control, victim: str, rng: random.Random) -> None:
+    """``victim`` (ESTOP or ``fault <machine>``) on a simulator's control, cleared
+    0.5..2 s later; the control is closed afterwards."""
     try:
         if victim == ESTOP:
             control.emergency_stop()

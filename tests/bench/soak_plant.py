@@ -59,6 +59,7 @@ from tests.bench.soak_crash import (  # noqa: E402
     ESTOP,
     _last_seq,
     _wait_recovery_checked,
+    play_fault,
     restart_postgres,
     wait_mid_cycle,
 )
@@ -212,16 +213,7 @@ class Soak:
     def inject(self, n: int, line: Line, what: str, rng: random.Random) -> None:
         """A machine fault (or the line's e-stop) once a machine runs, cleared 0.5..2 s later."""
         mid_cycle = wait_mid_cycle(line.db_url, what)
-        control = line.control()
-        try:
-            if what == ESTOP:
-                control.emergency_stop()
-            else:
-                control.machine_fault(what.split()[1])
-            time.sleep(rng.uniform(0.5, 2.0))  # how long the fault lasts on the floor
-            control.clear()
-        finally:
-            control.close()
+        play_fault(line.control(), what, rng)
         self.faults[f"{line.id} {what}"] = self.faults.get(f"{line.id} {what}", 0) + 1
         self.mid_cycle += mid_cycle
         print(f"fault {n:2}: {line.id} {what:<12} injected and cleared{' mid-cycle' if mid_cycle else ''}",

@@ -219,27 +219,40 @@ def test_a_lost_database_connection_still_closes_channels_cleanly(pgsql_url, db_
     consumer.__exit__(None, None, None)  # what kombu's ConsumerMixin runs next: no AttributeError
 
 
+def delivered_once(conn, queue, payload):
+    """A consumer of ``queue`` on ``conn``, and ``payload`` published to it and
+    delivered (not acked)."""
+    received = []
+    consumer = Consumer(conn, [queue], callbacks=[lambda b, m: received.append(m)])
+    consumer.consume()
+    Producer(conn).publish(payload, exchange=queue.exchange, routing_key="k")
+    drain_until(conn, received, 1)
+    return consumer, received[0]
+
+
+def delivered_again(pgsql_url, queue):
+    """The next message of ``queue``, to a new connection's consumer (acked)."""
+    again = []
+    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn, \
+            Consumer(conn, [queue], callbacks=[lambda b, m: again.append(m)]):
+        drain_until(conn, again, 1)
+        again[0].ack()
+    return again[0]
+
+
 def test_a_requeue_on_a_lost_session_does_not_raise_and_the_message_comes_again(pgsql_url, db_url):
     """A handler failed because the database went away, and its consumer requeues
     the message on the dead session (nameko does so, and dies of an exception):
     nothing raises, and the sweep hands the message out again (issue 40)."""
     lost = Queue("requeued", Exchange("requeued", "direct"), routing_key="k")
-    received = []
     with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn:
-        consumer = Consumer(conn, [lost], callbacks=[lambda b, m: received.append(m)])
-        consumer.consume()
-        Producer(conn).publish({"n": 1}, exchange=lost.exchange, routing_key="k")
-        drain_until(conn, received, 1)
+        consumer, message = delivered_once(conn, lost, {"n": 1})
         rows(db_url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        received[0].requeue()  # on a session that is gone: no exception
+        message.requeue()  # on a session that is gone: no exception
         consumer.__exit__(None, None, None)
-    again = []
-    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn, \
-            Consumer(conn, [lost], callbacks=[lambda b, m: again.append(m)]):
-        drain_until(conn, again, 1)
-        assert again[0].payload == {"n": 1} and again[0].delivery_info.get("redelivered")
-        again[0].ack()
+    again = delivered_again(pgsql_url, lost)
+    assert again.payload == {"n": 1} and again.delivery_info.get("redelivered")
 
 
 def test_unacked_messages_restored_on_a_lost_session_do_not_raise_and_come_again(pgsql_url, db_url):
@@ -247,22 +260,13 @@ def test_unacked_messages_restored_on_a_lost_session_do_not_raise_and_come_again
     a finalizer at the interpreter's exit: on a session already gone, nothing raises
     (it printed a traceback at every exit), and the sweep hands the message out again."""
     held = Queue("held", Exchange("held", "direct"), routing_key="k")
-    received = []
     with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn:
-        consumer = Consumer(conn, [held], callbacks=[lambda b, m: received.append(m)])
-        consumer.consume()
-        Producer(conn).publish({"n": 2}, exchange=held.exchange, routing_key="k")
-        drain_until(conn, received, 1)  # delivered, never acked
+        consumer, _never_acked = delivered_once(conn, held, {"n": 2})
         channel = consumer.channel
         channel._conn.close()  # the session is gone (a server restart, the interpreter's exit)
         assert channel.qos.restore_unacked() == []
         assert not channel.qos._delivered
-    again = []
-    with Connection(pgsql_url, transport_options=FAST_SWEEP) as conn, \
-            Consumer(conn, [held], callbacks=[lambda b, m: again.append(m)]):
-        drain_until(conn, again, 1)
-        assert again[0].payload == {"n": 2}
-        again[0].ack()
+    assert delivered_again(pgsql_url, held).payload == {"n": 2}
 
 
 def test_topic_keys_without_wildcards_match_exactly_beside_many_bindings(pgsql_url):
