@@ -17,6 +17,10 @@ from tests.support.waiting import wait_for
 CHROMIUM = "/usr/bin/chromium"
 
 
+# DevTools' errors for an evaluation that a navigation or reload cut short.
+NAVIGATED_AWAY = ("Inspected target navigated or closed", "Execution context was destroyed")
+
+
 class Browser:
     def __init__(self, profile_dir: Path):
         self.proc = subprocess.Popen(
@@ -54,8 +58,14 @@ class Browser:
         return result["result"].get("value")
 
     def check(self, expression: str) -> bool:
-        """A condition on a page that may be (re)loading: errors count as false."""
-        return bool(self.evaluate(f"(() => {{ try {{ return {expression}; }} catch (e) {{ return false; }} }})()"))
+        """A condition on a page that may be (re)loading: errors count as false, the
+        page's own and DevTools' when a navigation ends the evaluation half-way."""
+        try:
+            return bool(self.evaluate(f"(() => {{ try {{ return {expression}; }} catch (e) {{ return false; }} }})()"))
+        except RuntimeError as exc:
+            if any(gone in str(exc) for gone in NAVIGATED_AWAY):
+                return False
+            raise
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
