@@ -16,7 +16,9 @@ the line_controller; AI jobs are served here, straight from PostgreSQL.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
+from apispec import APISpec
 from flask import Flask, make_response, request
 from flask_smorest import Api
 
@@ -68,8 +70,29 @@ LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events)
 
 
 class GatewayApi(Api):
+    """flask-smorest's Api, building the OpenAPI document once per process.
+
+    The document depends on the code alone (not on settings or the plant), and
+    building it is most of ``create_app``'s time: every schema resolved, every
+    line-control path copied for ``/api/lines/{lineId}``. A process that makes
+    several apps (the suite makes hundreds) registers only the routes after the
+    first, and serves the first one's document, which nothing changes."""
+
     # Documented error responses carry the gateway's envelope, not flask-smorest's.
     ERROR_SCHEMA = schemas.ErrorSchema
+    _document: ClassVar[APISpec | None] = None
+
+    def register_blueprint(self, blp, *, parameters=None, **options):
+        if GatewayApi._document is None:
+            return super().register_blueprint(blp, parameters=parameters, **options)
+        self._app.extensions["flask-smorest"]["blp_name_to_api"][options.get("name", blp.name)] = self
+        self._app.register_blueprint(blp, **options)
+
+    def finish_document(self) -> None:
+        """After the last blueprint: this app serves the process's one document."""
+        if GatewayApi._document is None:
+            GatewayApi._document = self.spec
+        self.spec = GatewayApi._document
 
 
 def _context(settings: Settings, rpc_pool) -> GatewayContext:
@@ -174,6 +197,7 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
             register_line_area(api, area.blp)
         else:
             api.register_blueprint(area.blp)
+    api.finish_document()
     ws.init_app(app)
     app.add_url_rule("/", "operator_page", _operator_page, methods=["GET"])
     # The runtimes' four hot POSTs skip Flask (gateway.runtime_lean); the rest,

@@ -19,7 +19,7 @@ import yaml
 
 from shared.config.parse import SettingsError
 from shared.config.plc import parse_plc
-from shared.layout import Layout, LayoutError, load_layout
+from shared.layout import YAML_LOADER, Layout, LayoutError, load_layout
 
 LINE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PLANT_KEYS = {"plant", "lines"}
@@ -89,7 +89,7 @@ def load_plant(path: str | Path) -> Plant:
     """Read and check a plant file; :class:`PlantError` names what is wrong."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=YAML_LOADER)
     except (OSError, yaml.YAMLError) as exc:
         raise PlantError(f"{path}: {_one_line(exc)}") from None
     if not isinstance(data, dict):

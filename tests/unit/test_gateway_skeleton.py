@@ -1,6 +1,8 @@
 """The gateway's conventions every blueprint relies on: the error envelope,
 auth with roles, the body limit, and the OpenAPI document."""
 
+from pathlib import Path
+
 import pytest
 from flask_smorest import Blueprint
 
@@ -35,6 +37,24 @@ def test_healthz_and_openapi(app):
     assert c.get("/healthz").get_json() == {"status": "ok"}
     spec = c.get("/openapi.json").get_json()
     assert "/healthz" in spec["paths"]
+
+
+def test_every_app_of_a_process_serves_the_same_whole_document(tmp_path):
+    """The document is built by a process's first app only (GatewayApi): a later
+    app, of other settings and another plant, serves it whole, its line paths too."""
+    from gateway.app import GatewayApi
+
+    GatewayApi._document = None  # this process's next app builds it afresh
+    first = create_app(load_settings({"LINECTL_DATABASE_URL": "postgresql://u@127.0.0.1:1/none"}))
+    plant = tmp_path / "plant.yaml"
+    plant.write_text("plant: {id: p, name: P}\nlines:\n"
+                     "  - {layout: %s}\n" % (Path(__file__).parents[2] / "deploy" / "line.yaml"))
+    later = create_app(load_settings({"LINECTL_DATABASE_URL": "postgresql://v@127.0.0.1:2/other",
+                                      "LINECTL_PLANT_FILE": str(plant)}))
+    documents = [a.test_client().get("/openapi.json").get_json() for a in (first, later)]
+    assert documents[0] == documents[1]
+    assert "/api/lines/{lineId}/work-orders" in documents[1]["paths"]
+    assert later.url_map.bind("x").match("/api/lines/cell-a/work-orders")[0] == "orders_of_line.list_orders"
 
 
 def test_unknown_path_has_the_envelope(app):
