@@ -34,7 +34,13 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from services.hardware import opcua_map as M
 from services.hardware import plc as P
 from services.hardware.opcua_certs import ensure_certificate
-from services.hardware.sim.asyncua_server import PasswordUsers, method_argument, publish_no_faster, stop_now
+from services.hardware.sim.asyncua_server import (
+    STANDARD_ADDRESS_SPACE,
+    PasswordUsers,
+    method_argument,
+    publish_no_faster,
+    stop_now,
+)
 from services.hardware.sim.core import SimulatorCore
 from services.hardware.sim.model import SimOptions
 from shared.layout import Layout
@@ -298,6 +304,7 @@ class OpcUaLineSimulator(SimulatorCore):
     # -- running ---------------------------------------------------------------
 
     async def _configure(self, server: Server) -> None:
+        STANDARD_ADDRESS_SPACE.install(server)
         await server.init()
         server.set_endpoint(self.address)
         server.set_server_name("linectl line simulator")
