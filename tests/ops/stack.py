@@ -62,7 +62,8 @@ class Stack:
         self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, bufsize=1)
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
+        self._reader.start()
         return self
 
     def _read(self, proc):
@@ -84,8 +85,12 @@ class Stack:
         return wait_for(found, timeout, 0.1, f"{text!r} from linectl up") - 1
 
     def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM; the exit status once ``up`` has ended and its last line is read
+        (the reader thread may still be behind the process's exit)."""
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return code
 
     def cleanup(self) -> None:
         """Stop ``up`` (SIGTERM, then SIGKILL) and kill whatever it left behind."""

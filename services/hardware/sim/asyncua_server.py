@@ -25,7 +25,8 @@ class StandardAddressSpace:
     process that starts one server (``linectl sim``) never pays for the copy; the
     suite starts about a hundred."""
 
-    def __init__(self):
+    def __init__(self, kept_build: int = 2):
+        self._kept_build = kept_build  # which build's nodes are kept (1: the first)
         self._lock = threading.Lock()
         self._built = 0
         self._pickled: dict[str, bytes] | None = None
@@ -37,7 +38,7 @@ class StandardAddressSpace:
         async def load_standard_address_space(shelf_file=None):
             with self._lock:
                 pickled, self._built = self._pickled, self._built + 1
-                keep = pickled is None and self._built == 2
+                keep = pickled is None and self._built == self._kept_build
             if pickled is not None:
                 iserver.aspace._nodes = LazyNodes(pickled)
                 return
