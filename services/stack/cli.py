@@ -25,7 +25,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from services.ai_runtime import cli as runtime_cli
-from services.stack.commands import users as users_cli
+from services.stack.commands import users_arguments
 from shared.config import MAX_RETENTION_DAYS, SettingsError, load_settings
 from shared.logs import configure_logging
 from shared.plant import PlantError
@@ -145,7 +145,7 @@ ARGUMENTS = {
     "runtime": runtime_cli.add_arguments,
     "backup": functools.partial(_dump_args, restore=False),
     "restore": functools.partial(_dump_args, restore=True),
-    "users": users_cli.add_arguments,
+    "users": users_arguments.add_arguments,
 }
 
 

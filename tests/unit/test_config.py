@@ -117,6 +117,18 @@ def test_the_cli_stops_with_one_line_naming_the_bad_setting():
     assert "LINECTL_HTTP_PORT" in lines[0]
 
 
+def test_the_cli_parser_loads_no_command_code():
+    """Every ``linectl`` process builds the whole parser first: a command's own
+    imports (``users``: SQLAlchemy, Alembic) are loaded only when it runs."""
+    probe = ("import sys; from services.stack.cli import build_parser; "
+             "build_parser().parse_args(['users', 'add', 'ann', '--role', 'operator']); "
+             "print(sorted(m for m in ('sqlalchemy', 'alembic', 'nameko', 'asyncua', 'pymodbus') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_generated_tokens_are_kept_in_the_data_dir(tmp_path):
     from shared.config import ensure_tokens
 

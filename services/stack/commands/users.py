@@ -12,26 +12,9 @@ from services.identity.passwords import PasswordRefused, Passwords, check_new_pa
 from services.identity.users import Actor, UserError, UserStore
 from services.stack.commands.database import database_url, stop_if_started
 from services.stack.migrate import upgrade
-from shared.config import ROLES, Settings
+from shared.config import Settings
 from shared.db.engine import make_engine
 from shared.plant import PlantError, plant_of
-
-
-def add_arguments(p) -> None:
-    sub = p.add_subparsers(dest="users_command", required=True)
-    add = sub.add_parser("add", help="add a user")
-    add.add_argument("name")
-    add.add_argument("--role", required=True, choices=ROLES)
-    add.add_argument("--lines", default="",
-                     help="comma-separated line ids the user is limited to (default: every line)")
-    add.add_argument("--display-name", default="", help="the name the page shows")
-    add.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line")
-    passwd = sub.add_parser("passwd", help="set a user's password (ends their sessions)")
-    passwd.add_argument("name")
-    passwd.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line")
-    for verb, text in (("disable", "disable a user (ends their sessions)"), ("enable", "enable a user again")):
-        sub.add_parser(verb, help=text).add_argument("name")
-    sub.add_parser("list", help="list users")
 
 
 def _password(args) -> str:
