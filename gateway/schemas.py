@@ -330,8 +330,10 @@ class JobRouteSchema(Schema):
 class LineSummarySchema(Schema):
     id = fields.String()
     name = fields.String()
-    controller = fields.String(validate=validate.OneOf(("UP", "DOWN")))
-    plc = fields.String(validate=validate.OneOf(("CONNECTED", "DISCONNECTED")))
+    controller = fields.String(validate=validate.OneOf(("UP", "DOWN")), metadata={
+        "description": "UP while the line's controller runs: its commands are sent, not refused 503"})
+    plc = fields.String(validate=validate.OneOf(("CONNECTED", "DISCONNECTED")), metadata={
+        "description": "CONNECTED when the line's hardware service says it reaches its PLC"})
     activeOrders = fields.Integer(metadata={"description": "work orders not finished"})
     openAlarms = fields.Integer(metadata={"description": "alarms raised or acknowledged (the active list)"})
     openManualActions = fields.Integer()

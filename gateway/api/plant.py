@@ -39,8 +39,11 @@ def _visible_lines() -> list[LinePort]:
 
 
 def line_summary(line: LinePort) -> dict:
-    """One line at a glance (its services' status is the watch's, cached for a second)."""
-    controller, _ = line.service_status(line.names.line_controller)
+    """One line at a glance. Its controller is UP while it runs (consumes its
+    queue): the check a command passes before it is sent, so a card never says
+    DOWN while commands go through, nor for a ``status()`` slow to answer. The
+    PLC link is the hardware service's ``status()`` (the watch's, cached)."""
+    controller = line.service_watch().consumers(line.names.line_controller)
     hardware, _ = line.service_status(line.names.hardware)
     try:
         with line.db() as session:

@@ -218,6 +218,32 @@ def test_a_frozen_line_holds_none_of_another_lines_rpc_clients(client, container
         assert {f.result(timeout=30).status_code for f in stuck} <= {202, 503}
 
 
+class MuteCellC(StandInLineController):
+    """cell-c's controller, running (its queue consumed) but slow to answer ``status()``."""
+    name = "line_controller@cell-c"
+    release = eventlet.Event()
+
+    @rpc
+    def status(self):
+        MuteCellC.release.wait()
+        return {}
+
+
+def test_a_running_controller_slow_to_answer_its_status_is_up(client, container_factory, nameko_config,
+                                                               monkeypatch):
+    # Its card agrees with its commands (which are sent): the line is not shown DOWN;
+    # /readyz still says it does not answer.
+    monkeypatch.setattr("gateway.lines.STATUS_RPC_TIMEOUT", 0.3)
+    MuteCellC.release = eventlet.Event()
+    container_factory(MuteCellC, nameko_config).start()
+    try:
+        assert client.get("/api/lines/cell-c", headers=AUTH).get_json()["controller"] == "UP"
+        assert "line cell-c: line_controller@cell-c (not answering)" in \
+            client.get("/readyz").get_json()["error"]["message"]
+    finally:
+        MuteCellC.release.send()
+
+
 # -- the plant's own views ------------------------------------------------------------
 
 
