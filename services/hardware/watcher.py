@@ -16,6 +16,7 @@ a machine in fault.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.hardware.device import DevicePort, PlcUnavailable
@@ -43,6 +44,9 @@ class SignalWatcher:
         self._arrival_seq: int | None = None
         self._fault: dict[str, int | None] = {}  # machine → fault code as last seen
         self._robot_fault: int | None = None  # the robot's fault code as last seen
+        # The last stamp of a link or robot edge: strictly increasing, so the
+        # line_controller can drop an edge that reaches it after a later one.
+        self._last_stamp: datetime | None = None
         self.polls = 0
 
     def watch(self, timeout: float = 1.0) -> list[Signal]:
@@ -67,7 +71,8 @@ class SignalWatcher:
             return []
         self.connected = False
         log.warning("PLC connection lost: %s", exc.message)
-        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:200]})]
+        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:200],
+                                     "observedAt": self._stamp(None)})]
 
     def _edges(self, state: dict[str, Any]) -> list[Signal]:
         signals: list[Signal] = []
@@ -76,10 +81,11 @@ class SignalWatcher:
             log.info("PLC connected at %s", self.port.address)
             # with what the PLC holds now: the line_controller checks it against its
             # records (a PLC that restarted forgot its cycles)
-            signals.append((ev.PLC_CONNECTION, {"connected": True, "plcState": state}))
+            signals.append((ev.PLC_CONNECTION, {"connected": True, "plcState": state,
+                                                "observedAt": self._stamp(state["observedAt"])}))
         robot_fault = state["robot"]["fault"]
         if robot_fault != self._robot_fault:
-            signals.append((ev.ROBOT_FAULT, {"fault": robot_fault, "observedAt": state["observedAt"]}))
+            signals.append((ev.ROBOT_FAULT, {"fault": robot_fault, "observedAt": self._stamp(state["observedAt"])}))
         self._robot_fault = robot_fault
         dock = state["dock"]
         if dock["arrivals"] != self._arrival_seq and (self._arrival_seq is not None or dock["pieces"]):
@@ -99,6 +105,16 @@ class SignalWatcher:
                     signals.extend(self._done_signals(machine["id"], slot, inspection))
                 self._done[key] = seen
         return signals
+
+    def _stamp(self, observed_at: str | None) -> str:
+        """When an edge was seen (a picture's time, or now for a loss), never earlier
+        than the edge before it: a loss has no picture, and pictures buffered before
+        it (OPC UA's notifications) may bear earlier times than the loss's "now"."""
+        when = datetime.fromisoformat(observed_at) if observed_at else datetime.now(UTC)
+        if self._last_stamp is not None and when <= self._last_stamp:
+            when = self._last_stamp + timedelta(microseconds=1)
+        self._last_stamp = when
+        return when.isoformat()
 
     @staticmethod
     def _done_signals(machine_id: str, slot: dict, inspection: bool) -> list[Signal]:

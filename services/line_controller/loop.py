@@ -79,6 +79,7 @@ class EventLoop:
         # one stop asks one question per stopped machine, not one per retry.
         self.plc_away = False
         self.robot_stopped = False
+        self.edges_seen: dict[str, datetime] = {}  # the last PLC link and robot edges applied (HandlerContext)
         self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
 
@@ -238,7 +239,7 @@ class EventLoop:
         try:
             with self.uow.begin(msg.id if record else None) as work:
                 ctx = HandlerContext(work.db, msg, self.layout, cycle_overdue_factor=self.cycle_overdue_factor,
-                                     heard_since=self.heard_since,
+                                     heard_since=self.heard_since, edges_seen=self.edges_seen,
                                      recovering=self.recovering or self.uow.database_was_away)
                 result = HANDLERS[type(body)](body, ctx)
                 status = ctx.outcome or "HANDLED"
@@ -258,7 +259,7 @@ class EventLoop:
             return self._reject(msg, Rejected("INTERNAL", "the handler failed; see the logs"), "FAILED")
         self._publish(work)
         self.handled_total += 1
-        self._keep_loop_state(body, result)
+        self._keep_loop_state(body, result, status)
         self._send(ctx.requests)
         for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
@@ -271,8 +272,10 @@ class EventLoop:
                           msg.id, msg.type)
         return Outcome(msg.id, status, result)
 
-    def _keep_loop_state(self, body, result: dict | None) -> None:
+    def _keep_loop_state(self, body, result: dict | None, status: str) -> None:
         """What the loop itself keeps of a handled message: whether scheduling may run."""
+        if status == "STALE":
+            return  # a late edge, or a late worker result: nothing changed
         if isinstance(body, m.HardwareStopping):
             if body.started and self._hardware_started_at and body.started < self._hardware_started_at:
                 return  # an older instance's late word: a newer one has started since
@@ -280,9 +283,11 @@ class EventLoop:
                      body.instance_id)
             self.hardware_away = body.instance_id
         elif isinstance(body, m.PlcConnection):
+            self._edge_applied("plc", body.observed_at)
             self.plc_away = not body.connected
             log.info("PLC %s", "back: scheduling resumes" if body.connected else "away: new work held")
         elif isinstance(body, m.RobotFault):
+            self._edge_applied("robot", body.observed_at)
             self.robot_stopped = body.fault is not None
             log.info("robot %s", f"reports fault {body.fault}: new work held" if body.fault is not None
                      else "fault cleared: scheduling resumes")
@@ -292,6 +297,7 @@ class EventLoop:
                 self.robot_stopped = robot.get("fault") is not None
             if body.hardware_started:
                 self._hardware_started_at = body.hardware_started
+                self.edges_seen.clear()  # a new instance's clock (perhaps another host's)
                 self.hardware_away = None
             self.recovering = False
             self.heard_since = datetime.now(UTC)
@@ -358,6 +364,11 @@ class EventLoop:
         }, id=f"refused-{req.task_id}", correlation_id=str(req.task_id)))
 
     # -- the scheduling round -------------------------------------------------------------------
+
+    def _edge_applied(self, edge: str, observed_at: str | None) -> None:
+        when = m.instant("observedAt", observed_at)
+        if when is not None:
+            self.edges_seen[edge] = when
 
     @property
     def cell_stopped(self) -> bool:

@@ -231,10 +231,16 @@ class MachineFault:
 @external_event
 class PlcConnection:
     """The watcher's link to the PLC went down or came back; coming back, it
-    carries what the PLC holds now (``plcState``), to check against the records."""
+    carries what the PLC holds now (``plcState``), to check against the records.
+    ``observedAt``: when the watcher saw the edge (an earlier edge arriving
+    after a later one changes nothing)."""
     connected: bool = False
     error: str | None = None
     plc_state: dict | None = key("plcState", None)
+    observed_at: str | None = key("observedAt", None)
+
+    def validate(self):
+        instant("observedAt", self.observed_at)
 
 
 @external_event

@@ -1,11 +1,11 @@
 """The signal watcher: one event per edge, never one per poll."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from nameko.testing.services import entrypoint_hook
 
-from services.hardware.device import open_port
+from services.hardware.device import PlcUnavailable, open_port
 from services.hardware.watcher import SignalWatcher
 from shared import events as ev
 from tests.hardware.conftest import PROTOCOLS, line_of, more_polls, settle
@@ -122,3 +122,38 @@ def test_a_machine_fault_is_reported_when_it_comes_and_when_it_clears(layout, si
     assert _untimed(settle(watcher, expect=1)) == [(ev.MACHINE_FAULT, {"machineId": "MC2", "fault": None})]
     assert [s for s in settle(watcher) if s[0] != ev.PLC_CONNECTION] == []
     watcher.port.close()
+
+
+class ScriptedPort:
+    """A port whose pictures and losses are given: what a notified driver (OPC UA)
+    hands over after a burst, the pictures bearing the times they were read."""
+
+    address = "scripted"
+
+    def __init__(self, *batches):
+        self.batches = list(batches)
+
+    def state_changes(self):
+        return self.batches.pop(0)
+
+
+def picture(at: datetime, robot_fault=None) -> dict:
+    return {"robot": {"fault": robot_fault}, "dock": {"pieces": 0, "arrivals": 0}, "equipment": [],
+            "observedAt": at.isoformat()}
+
+
+def test_link_and_robot_edges_bear_strictly_increasing_times(layout):
+    """The line_controller drops an edge seen before the last one it applied
+    (they are delivered separately), so the watcher's order must show in the
+    stamps: a loss is stamped "now", later than the pictures buffered after it."""
+    read = datetime.now(UTC) - timedelta(seconds=5)
+    port = ScriptedPort([picture(read)], [PlcUnavailable("PLC_ERROR", "gone"), picture(read + timedelta(seconds=1), 8)],
+                        [picture(read + timedelta(seconds=2), None)])
+    watcher = SignalWatcher(port, layout)
+    signals = watcher.poll() + watcher.poll() + watcher.poll()
+    edges = [(t, p.get("connected", p.get("fault"))) for t, p in signals]
+    assert edges == [(ev.PLC_CONNECTION, True), (ev.PLC_CONNECTION, False), (ev.PLC_CONNECTION, True),
+                     (ev.ROBOT_FAULT, 8), (ev.ROBOT_FAULT, None)]
+    stamps = [datetime.fromisoformat(p["observedAt"]) for _, p in signals]
+    assert stamps == sorted(set(stamps)) and stamps[0] == read
+    assert signals[2][1]["plcState"]["observedAt"] == (read + timedelta(seconds=1)).isoformat()  # as read

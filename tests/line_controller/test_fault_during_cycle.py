@@ -250,6 +250,25 @@ def test_a_plc_that_comes_back_without_the_cycle_it_was_running_is_put_to_the_op
     assert len(harness.manual_actions(r.MACHINE_IDLE_BUT_DB_RUNNING)) == 1
 
 
+def test_a_link_or_robot_edge_that_arrives_after_a_later_one_changes_nothing(harness):
+    """Each edge is delivered on its own: a "PLC lost" seen before a "PLC back" may
+    reach the loop after it. Applied, it would hold a running line behind a
+    PLC_DISCONNECTED alarm until the next disconnection."""
+    lost, back = ((datetime.now(UTC) + timedelta(seconds=n)).isoformat() for n in (0, 1))
+    harness.ok("PlcConnection", {"connected": True, "observedAt": back})
+    late = harness.send("PlcConnection", {"connected": False, "error": "gone", "observedAt": lost})
+    assert late.status == "STALE" and not harness.loop.plc_away and harness.alarms("PLC_DISCONNECTED") == []
+    harness.ok("RobotFault", {"fault": None, "observedAt": back})
+    assert harness.send("RobotFault", {"fault": 8, "observedAt": lost}).status == "STALE"
+    assert not harness.loop.robot_stopped and harness.alarms("ROBOT_FAULT") == []
+    stale = harness.row("SELECT count(*) AS n FROM event_log WHERE type = 'SignalStale'")
+    assert stale.n == 2
+    # A later edge applies as ever.
+    harness.ok("PlcConnection", {"connected": False, "error": "gone",
+                                 "observedAt": (datetime.now(UTC) + timedelta(seconds=2)).isoformat()})
+    assert harness.loop.plc_away and len(harness.alarms("PLC_DISCONNECTED")) == 1
+
+
 def test_a_picture_of_the_plc_read_before_a_start_says_nothing_of_that_machine(harness):
     """A new hardware instance's first reading of the PLC and the starts the loop
     sends it are not ordered: the loop may have started MC1 by the time the

@@ -39,6 +39,9 @@ class HandlerContext:
     # (the check against the PLC not yet handled) no cycle is judged at all.
     heard_since: datetime | None = None
     recovering: bool = False
+    # When the hardware saw the last PLC link ("plc") and robot fault ("robot") edges
+    # the loop applied: an edge seen earlier that arrives after them is stale.
+    edges_seen: dict[str, datetime] = field(default_factory=dict)
 
     @property
     def actor(self) -> str:

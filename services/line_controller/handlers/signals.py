@@ -8,6 +8,7 @@ from .. import messages as m
 from ..dbstate import Rejected
 from ..job_lifecycle import mark_slot_done
 from ..machine_faults import suspend_stopped_cycles
+from ..payloads import instant
 from .recovery import check_against_plc
 
 
@@ -175,12 +176,27 @@ def machine_fault(evt: m.MachineFault, ctx):
 PLC_DISCONNECTED_ALARM = "PLC_DISCONNECTED"
 
 
+def stale_edge(ctx, edge: str, observed_at: str | None) -> bool:
+    """An edge seen before the last one of its kind the loop applied: the two
+    reached the loop out of order (separate deliveries). It changes nothing: a
+    late "PLC lost" would hold a running line, a late fault would stop it."""
+    seen, when = ctx.edges_seen.get(edge), instant("observedAt", observed_at)
+    if seen is None or when is None or when > seen:
+        return False
+    ctx.outcome = "STALE"
+    ctx.db.emit("SignalStale", {"messageId": ctx.message.id, "type": ctx.message.type,
+                              "observedAt": observed_at, "lastApplied": seen.isoformat()})
+    return True
+
+
 def plc_connection(evt: m.PlcConnection, ctx):
     """The PLC link went down (an alarm: the line waits, it is not stuck silently)
     or came back: the alarm cleared, and what the PLC holds now checked against
     the records, as after a start (a PLC that restarted forgot its cycles)."""
     db = ctx.db
     ctx.target = ("plc", None)
+    if stale_edge(ctx, "plc", evt.observed_at):
+        return None
     raised = db.open_alarms(code=PLC_DISCONNECTED_ALARM)
     db.emit("PlcConnection", {"connected": evt.connected, "error": evt.error})
     if not evt.connected:
@@ -208,6 +224,8 @@ def robot_fault(evt: m.RobotFault, ctx):
     the action in flight fails as any robot failure does."""
     db = ctx.db
     ctx.target = ("robot", None)
+    if stale_edge(ctx, "robot", evt.observed_at):
+        return None
     raised = db.open_alarms(code=ROBOT_FAULT_ALARM)
     if evt.fault is not None:
         if not raised:
