@@ -16,6 +16,7 @@ from gateway.app import create_app
 from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
+from tests.support.gateway_zygote import GatewayZygote
 from tests.support.ports import free_port
 from tests.support.processes import Started, kill_group
 from tests.support.waiting import wait_for
@@ -92,8 +93,11 @@ class ServedGateway:
             argv = [sys.executable, "-c", "import os, resource, sys; resource.setrlimit("
                     f"resource.RLIMIT_NOFILE, ({open_files}, {open_files})); os.execv(sys.argv[1], sys.argv[1:])",
                     *argv]
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        if open_files is None:  # forked from the shard's zygote: the same gateway, imported once
+            self.proc = GatewayZygote.shared().spawn(argv[3:], env, self.log_path)
+        else:
+            self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         self.workers = workers
         if wait:
             self.wait_ready()
