@@ -15,6 +15,10 @@ import eventlet  # noqa: E402
 
 eventlet.monkey_patch()
 
+from tests.support.cluster_storage import keep_clusters_in_memory  # noqa: E402
+
+keep_clusters_in_memory()  # before shared.db.embedded reads where clusters live
+
 import importlib.util  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402

@@ -298,7 +298,9 @@ class EmbeddedPostgres:
             "-c shared_buffers=128MB",
         ]
         if self.fast:
-            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+            # WAL kept small: a test cluster may live in memory (tmpfs)
+            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off",
+                        "-c max_wal_size=256MB", "-c min_wal_size=64MB"]
         self._run(
             [self._bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-t", "60",
              "-l", str(self.pgdata / "server.log"), "-o", " ".join(options), "start"],

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from shared.db.embedded import EmbeddedPostgres
 from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
@@ -93,7 +94,9 @@ class Stack:
         return code
 
     def cleanup(self) -> None:
-        """Stop ``up`` (SIGTERM, then SIGKILL) and kill whatever it left behind."""
+        """Stop ``up`` (SIGTERM, then SIGKILL), kill whatever it left behind, and
+        delete its database cluster: as root it lives apart from the data
+        directory (shared.db.embedded), perhaps in memory (tests/support/cluster_storage.py)."""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.terminate(60)
@@ -101,6 +104,8 @@ class Stack:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self.kill_all()
+        if (self.data_dir / "pg").exists():
+            EmbeddedPostgres(self.data_dir / "pg").remove()
 
     def kill_all(self) -> None:
         """``kill -9`` every process left of the stack."""

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 
 from services.stack.migrate import upgrade
 from shared.db.embedded import EmbeddedPostgres
+from tests.support.cluster_storage import memory_dir
 from tests.support.ports import free_port
 
 
@@ -109,7 +110,7 @@ class TestDatabases:
         if external:
             self.server_url = external
         else:
-            self._tmp = tempfile.TemporaryDirectory(prefix="linectl-test-pg-")
+            self._tmp = tempfile.TemporaryDirectory(prefix="linectl-test-pg-", dir=memory_dir())
             self.embedded = EmbeddedPostgres(Path(self._tmp.name) / "pg", port=free_port(), fast=True)
             self.server_url = self.embedded.start()
         self.prefix = f"lt{os.getpid()}_{uuid.uuid4().hex[:6]}"
