@@ -162,10 +162,12 @@ def test_a_lost_listening_connection_is_replaced_without_waiting_for_the_sweep(p
                                 ([channel._backend[0] for channel in conn.transport.channels],))
                     (listener_pid,), = cur.fetchall()
                     cur.execute("SELECT pg_terminate_backend(%s)", (listener_pid,))
-                # A new listener LISTENs again and takes over the direct registration.
+                # A new listener LISTENs again and takes over the direct registration (the
+                # terminated backend stays in pg_stat_activity until it has exited: not it).
                 wait_for(lambda: rows(db_url, "SELECT count(*) FROM mq_consumer c"
                                       " JOIN pg_stat_activity a ON a.pid = c.listener_pid"
-                                      " WHERE c.queue = %s", replies.name) == [(1,)], timeout=10)
+                                      " WHERE c.queue = %s AND c.listener_pid <> %s",
+                                      replies.name, listener_pid) == [(1,)], timeout=10)
             finally:
                 admin.close()
             with Connection(pgsql_url) as other:
