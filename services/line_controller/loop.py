@@ -40,6 +40,7 @@ from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
 from .hardware_port import HardwarePort, HardwareRequest
 from .outcome import Outcome, Pending
+from .payloads import instant
 from .scheduler import Scheduler, build_system_state
 from .unit_of_work import LoopTransaction, UnitOfWork, database_away
 
@@ -366,7 +367,7 @@ class EventLoop:
     # -- the scheduling round -------------------------------------------------------------------
 
     def _edge_applied(self, edge: str, observed_at: str | None) -> None:
-        when = m.instant("observedAt", observed_at)
+        when = instant("observedAt", observed_at)
         if when is not None:
             self.edges_seen[edge] = when
 

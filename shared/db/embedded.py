@@ -205,8 +205,6 @@ class EmbeddedPostgres:
 
     def _prepare_dirs(self):
         if self._as_user:
-            import pwd
-
             for d in (ROOT_BASE, ROOT_BASE / "clusters"):
                 d.mkdir(parents=True, exist_ok=True)
                 d.chmod(0o755)  # ours, root-owned: the server user traverses only these
