@@ -32,11 +32,13 @@ from sqlalchemy.orm import Session  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
+from tests.support import stall_report  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
 
 
 def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
+    config.pluginmanager.register(stall_report, "linectl-stall-report")
 
 
 # nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,
@@ -94,6 +96,8 @@ def layout():
 @pytest.fixture(scope="session")
 def test_databases():
     dbs = TestDatabases(ahead=True)
+    stall_report.database_server.update(
+        url=dbs.server_url, psql=dbs.embedded._bin("psql") if dbs.embedded else "psql")
     yield dbs
     dbs.close()
 

@@ -101,7 +101,8 @@ def start_shard(index: int, shards: int, args: list[str], work: Path,
             f"--durations-path={durations}", "--store-durations",
             f"--junitxml={work / f'junit-{index}.xml'}", f"--durations={SLOWEST}", *args]
     log = open(work / f"shard-{index}.log", "wb")
-    env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1), "LINECTL_TEST_SHARDS": str(shards)}
+    env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1), "LINECTL_TEST_SHARDS": str(shards),
+           "LINECTL_TEST_STALL_LOG": str(work / f"stalls-{index}.log")}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -169,6 +170,11 @@ def main(argv: list[str]) -> int:
             for proc in running.values():
                 proc.terminate()
             raise
+        for index in range(1, shards + 1):  # tests/support/stall_report.py
+            stalls = work / f"stalls-{index}.log"
+            if stalls.exists():
+                print(f"\n==== shard {index}: set-ups or teardowns that stalled ====\n"
+                      + stalls.read_text(errors="replace"))
         summary(work, shards, time.monotonic() - started)
         if store:
             store_durations(work, shards)
