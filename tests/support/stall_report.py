@@ -32,8 +32,12 @@ database_server: dict[str, str] = {}
 def _green_stacks() -> list[str]:
     out = []
     for obj in gc.get_objects():
-        if isinstance(obj, greenlet.greenlet) and obj.gr_frame is not None:
-            out.append(f"--- greenlet {obj!r}\n" + "".join(traceback.format_stack(obj.gr_frame)))
+        try:  # a dead weak proxy raises on any question, isinstance's included
+            frame = obj.gr_frame if isinstance(obj, greenlet.greenlet) else None
+        except ReferenceError:
+            continue
+        if frame is not None:
+            out.append(f"--- greenlet {obj!r}\n" + "".join(traceback.format_stack(frame)))
     return out
 
 
@@ -57,8 +61,13 @@ def _server_activity() -> str:
 
 
 def write_report(nodeid: str, phase: str, waited: float) -> None:
-    parts = [f"==== STALL: {nodeid} ({phase}) has waited {waited:.0f} s ====",
-             *_thread_frames(), *_green_stacks(), _server_activity()]
+    parts = [f"==== STALL: {nodeid} ({phase}) has waited {waited:.0f} s ===="]
+    for part in (_thread_frames, _green_stacks, _server_activity):
+        try:
+            found = part()
+        except Exception as exc:  # the report must still be written
+            found = f"({part.__name__} failed: {exc!r})"
+        parts += found if isinstance(found, list) else [found]
     text = "\n".join(parts) + "\n"
     path = os.environ.get("LINECTL_TEST_STALL_LOG")
     if path:

@@ -1,5 +1,7 @@
 """A set-up or teardown that stalls is reported with where it waits."""
 
+import weakref
+
 import eventlet
 
 from tests.support import stall_report
@@ -12,6 +14,7 @@ def test_a_stalled_phase_reports_each_green_threads_stack(tmp_path, monkeypatch)
     monkeypatch.setattr(stall_report, "STALL_SECONDS", 0.2)
     monkeypatch.setattr(stall_report, "database_server", {})
     released = eventlet.Event()
+    dead_proxy = weakref.proxy(type("Gone", (), {})())  # asking it anything raises ReferenceError
 
     def waits_for_release():
         released.wait()
@@ -22,6 +25,7 @@ def test_a_stalled_phase_reports_each_green_threads_stack(tmp_path, monkeypatch)
     released.send()
     waiter.wait()
     report = log.read_text()
+    assert dead_proxy is not None
     assert "STALL: tests/x.py::test_y (teardown)" in report
     assert "in waits_for_release" in report and "released.wait()" in report
 
