@@ -32,13 +32,14 @@ from sqlalchemy.orm import Session  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
-from tests.support import stall_report  # noqa: E402
+from tests.support import module_queue, stall_report  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
 
 
 def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
     config.pluginmanager.register(stall_report, "linectl-stall-report")
+    module_queue.register(config)  # a whole-suite shard of tests/run_suite.py
 
 
 # nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,

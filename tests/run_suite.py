@@ -4,12 +4,14 @@ Why not pytest-xdist: every test process monkey-patches eventlet (nameko needs
 it), and execnet, which carries xdist's messages, does not survive that: its
 receiver is a real thread waking green primitives (the worker hangs), and
 patched before execnet starts it writes to regular files through epoll
-(EPERM). So the suite is split by pytest-split (``--splits N --group i``, by
-the durations recorded in ``tests/.test_durations``) into N plain pytest
-processes that share nothing but the machine. A whole-suite run hands each shard
-its own test modules (split by the same durations, a module at a time), so no
-shard collects, imports and rewrites the others' modules; a run given paths or
-``-k`` leaves the split to pytest-split, test by test. The shards share nothing
+(EPERM). So the suite runs as N plain pytest processes, the shards. A
+whole-suite run puts every module in a queue the shards share, longest first
+(tests/support/module_queue.py): each shard collects and runs one module at a
+time and takes the next when it is done, so no shard collects, imports and
+rewrites the others' modules, and the shards end close together whatever this
+machine makes of the recorded durations. A run given paths or
+``-k`` leaves the split to pytest-split (``--splits N --group i``), test by test,
+by the durations recorded in ``tests/.test_durations``. The shards share nothing
 but the machine:
 
 - each has its own PostgreSQL server (embedded) or its own databases on
@@ -23,7 +25,8 @@ its slowest tests (from each shard's JUnit report). The exit status is the
 worst shard's. ``LINECTL_TEST_SHARDS`` sets N (default 4: the suite waits on
 processes, servers and browsers; on 2 cores three shards kept them 74 % busy and
 the run took 350 s, four 90 % and 310 s); ``--store-durations``
-rewrites ``tests/.test_durations`` from this run, to rebalance the split.
+rewrites ``tests/.test_durations`` from this run (the queue's order, and
+pytest-split's split of a selection).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tests.support import module_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 DURATIONS = ROOT / "tests" / ".test_durations"
@@ -62,10 +67,10 @@ def _left_out(module: Path, leave_out: set[str]) -> bool:
     return any(module == ROOT / p or (ROOT / p) in module.parents for p in leave_out)
 
 
-def module_split(shards: int, leave_out: set[str] = frozenset()) -> list[list[str]]:
-    """Every test module (but ``leave_out``), in ``shards`` groups of about equal
-    recorded duration (the longest first, each to the group with least so far). A
-    module with no recorded tests counts as the median module."""
+def module_order(leave_out: set[str] = frozenset()) -> list[str]:
+    """Every test module (but ``leave_out``), longest recorded duration first: the
+    order the shards take them from the queue. A module with no recorded tests
+    counts as the median module."""
     recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     per_module: dict[str, float] = {}
     for test_id, seconds in recorded.items():
@@ -75,13 +80,7 @@ def module_split(shards: int, leave_out: set[str] = frozenset()) -> list[list[st
                      if "node_modules" not in p.parts and not _left_out(p, leave_out))
     known = sorted(per_module[m] for m in modules if m in per_module) or [1.0]
     median = known[len(known) // 2]
-    groups: list[list[str]] = [[] for _ in range(shards)]
-    loads = [0.0] * shards
-    for module in sorted(modules, key=lambda m: per_module.get(m, median), reverse=True):
-        least = loads.index(min(loads))
-        groups[least].append(module)
-        loads[least] += per_module.get(module, median)
-    return groups
+    return sorted(modules, key=lambda m: per_module.get(m, median), reverse=True)
 
 
 def whole_suite(args: list[str]) -> bool:
@@ -91,11 +90,12 @@ def whole_suite(args: list[str]) -> bool:
                    for i, a in enumerate(args))
 
 
-def start_shard(index: int, shards: int, args: list[str], work: Path,
-                modules: list[str] | None = None) -> subprocess.Popen:
+def start_shard(index: int, shards: int, args: list[str], work: Path, queue: Path | None) -> subprocess.Popen:
+    """Shard ``index``: it takes modules from ``queue``, or (a selection) runs its
+    pytest-split group of the selected tests."""
     durations = work / f"durations-{index}.json"
     durations.write_text(DURATIONS.read_text() if DURATIONS.exists() else "{}")
-    split = modules if modules is not None else [
+    split = [] if queue else [
         "--splits", str(shards), "--group", str(index), "--splitting-algorithm", "least_duration"]
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *split,
             f"--durations-path={durations}", "--store-durations",
@@ -103,6 +103,8 @@ def start_shard(index: int, shards: int, args: list[str], work: Path,
     log = open(work / f"shard-{index}.log", "wb")
     env = {**os.environ, "LINECTL_TEST_SHARD": str(index - 1), "LINECTL_TEST_SHARDS": str(shards),
            "LINECTL_TEST_STALL_LOG": str(work / f"stalls-{index}.log")}
+    if queue:
+        env[module_queue.QUEUE_ENV] = str(queue)
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -148,10 +150,11 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="linectl-suite-") as tmp:
         work = Path(tmp)
-        groups = module_split(shards, ignored(args)) if whole_suite(args) else [None] * shards
-        if not all(group is None or group for group in groups):  # pytest given no path runs them all
-            groups = [None] * shards
-        running = {i: start_shard(i, shards, args, work, groups[i - 1]) for i in range(1, shards + 1)}
+        queue = None
+        if whole_suite(args):
+            queue = work / "queue"
+            module_queue.write_queue(queue, module_order(ignored(args)))
+        running = {i: start_shard(i, shards, args, work, queue) for i in range(1, shards + 1)}
         print(f"running the suite in {shards} shards (logs in {work})", flush=True)
         codes: dict[int, int] = {}
         try:
