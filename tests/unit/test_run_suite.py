@@ -118,10 +118,12 @@ def test_two_shards_run_each_queued_module_once_and_keep_the_session_between_mod
         extra = FIRST_MODULE_EXTRA if name == "test_m0" else ""
         (project / path).write_text(TEST_MODULE.format(name=name) + extra)
     module_queue.write_queue(queue, list(paths.values()))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "QUEUE_TEST_LOG": str(log),
+    # No plugins but pytest's own (nameko's, schemathesis' and hypothesis' cost a
+    # second a process and play no part here).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QUEUE_TEST_LOG": str(log), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
            module_queue.QUEUE_ENV: str(queue), "LINECTL_QUEUE_DIR": str(queue)}
     shards = [subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                "-p", "no:randomly", "--rootdir", str(project)],
+                                "--rootdir", str(project)],
                                cwd=project, env={**env, "LINECTL_TEST_SHARD": str(i)},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for i in range(2)]
