@@ -14,10 +14,10 @@ creating ``claimed-<line>`` with ``O_EXCL`` (the file system is the lock; the
 shards share nothing else), collects that module's tests (``Session.genitems``,
 as pytest's own collection does; the tree above the modules is collected once,
 at the start, without importing any) and runs them with pytest's own
-``pytest_runtest_protocol``. It claims and collects the next
-module before the last test of this one runs: pytest tears down what the next
-test does not share (this module's fixtures) and keeps the rest (the session's
-database server), exactly as in a run collected up front.
+``pytest_runtest_protocol``. It claims and collects the next module before the
+last test of this one runs: pytest tears down what the next test does not share
+(this module's fixtures) and keeps the rest (the session's database server),
+exactly as in a run collected up front.
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ class ModuleQueue:
         return True
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if session.config.option.collectonly:
-            return False  # pytest's own loop (there is nothing to run)
+            return None  # pytest's own loop (there is nothing to run)
         items = self.next_items(session)
         while items:
             following: list[pytest.Item] = []
