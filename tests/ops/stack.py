@@ -83,7 +83,8 @@ class Stack:
             if self.proc.poll() is not None:
                 raise AssertionError(f"linectl up exited ({self.proc.returncode}):\n{self.output()[-4000:]}")
             return None
-        return wait_for(found, timeout, 0.1, f"{text!r} from linectl up") - 1
+        return wait_for(found, timeout, 0.1,
+                        lambda: f"{text!r} from linectl up, which said:\n{self.output()[-4000:]}") - 1
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM; the exit status once ``up`` has ended and its last line is read
