@@ -30,10 +30,14 @@ def readiness(url: str, timeout: float = 3.0) -> tuple[bool, str]:
 class ReadinessWatch:
     """Polls ``/readyz`` in a thread and says so when the stack becomes ready,
     stops being ready (naming what is down) and is ready again; ``on_ready``
-    is called each time it becomes ready."""
+    is called each time it becomes ready. A start that is not ready after
+    ``patience`` seconds says why, and again whenever the reason changes: a
+    stack that never comes up must not be silent about it."""
 
-    def __init__(self, url: str, say, stopping, interval: float = 0.5, on_ready=None):
+    def __init__(self, url: str, say, stopping, interval: float = 0.5, on_ready=None,
+                 patience: float = 30.0):
         self.url = url
+        self.patience = patience
         self.say = say
         self.stopping = stopping  # callable: true once the supervisor is stopping
         self.interval = interval
@@ -44,7 +48,8 @@ class ReadinessWatch:
         threading.Thread(target=self._run, name="readiness", daemon=True).start()
 
     def _run(self) -> None:
-        ready, reason = False, None
+        ready, reason, told = False, None, None
+        impatient_at = time.monotonic() + self.patience
         while not self.stopping():
             now_ready, why = readiness(self.url)
             if now_ready and not ready:
@@ -54,5 +59,9 @@ class ReadinessWatch:
                     self.on_ready()
             elif not now_ready and (ready or (self.ready_once.is_set() and why != reason)):
                 self.say(f"not ready: {why}")
+            elif not now_ready and not self.ready_once.is_set() and why != told \
+                    and time.monotonic() >= impatient_at:
+                self.say(f"not ready yet: {why}")
+                told = why
             ready, reason = now_ready, why
             time.sleep(self.interval if not ready else self.interval * 4)
