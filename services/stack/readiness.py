@@ -20,7 +20,8 @@ def readiness(url: str, timeout: float = 3.0) -> tuple[bool, str]:
             return resp.status == 200, ""
     except urllib.error.HTTPError as exc:
         try:
-            return False, json.loads(exc.read())["error"]["message"]
+            message = json.loads(exc.read())["error"]["message"]
+            return False, message.removeprefix("not ready: ")  # said once, by linectl up
         except (ValueError, KeyError, TypeError):
             return False, f"HTTP {exc.code}"
     except OSError as exc:

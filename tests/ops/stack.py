@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from shared.db.embedded import EmbeddedPostgres
-from tests.support.ports import free_port
+from tests.support.ports import free_port, free_port_run
 from tests.support.waiting import wait_for
 
 NAMES = ("sim", "hardware", "line_controller", "gateway", "retention")
@@ -40,9 +40,11 @@ def _cmdline(pid: str) -> str:
 class Stack:
     def __init__(self, data_dir: Path, transport_env: dict[str, str], *, sim_speed: float = 200.0,
                  extra_env: dict[str, str] | None = None, command: list[str] | None = None,
-                 cwd: Path | None = None):
+                 cwd: Path | None = None, lines: int = 1):
         self.data_dir = data_dir
-        self.http_port, self.sim_port, self.pg_port = free_port(), free_port(), free_port()
+        self.http_port, self.pg_port = free_port(), free_port()
+        # A plant's simulators listen on LINECTL_SIM_PORT plus each line's place in it.
+        self.sim_port = free_port_run(lines, avoid=(self.http_port, self.pg_port))
         self.env = {**os.environ, **transport_env, "LINECTL_DATA_DIR": str(data_dir),
                     "LINECTL_HTTP_PORT": str(self.http_port), "LINECTL_SIM_PORT": str(self.sim_port),
                     "LINECTL_EMBEDDED_PG_PORT": str(self.pg_port), "LINECTL_SIM_SPEED": str(sim_speed),

@@ -62,7 +62,8 @@ def line_events(stack, token, line_id: str) -> list[dict]:
 
 
 def test_three_lines_run_at_once_and_one_line_down_stops_only_that_line(stack_factory):
-    stack = stack_factory(sim_speed=40.0, extra_env={"LINECTL_PLANT_FILE": str(PLANT)}).up()
+    stack = stack_factory(sim_speed=40.0, extra_env={"LINECTL_PLANT_FILE": str(PLANT)},
+                          lines=len(ORDERS)).up()
     stack.wait_line("linectl: ready", 180)
     token = stack.token("operator")
     code, lines = stack.get("/api/lines", token)

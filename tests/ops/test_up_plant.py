@@ -27,7 +27,6 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.support.ports import free_port_run
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,9 +97,7 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
     # On RabbitMQ (tests/ops/test_plant.py runs a plant on pgsql://): a line's names work
     # the same on both. No retention job: one process less to start (it is the plant's).
     stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), "LINECTL_AMQP_URI": rabbit_uri,
-                                     "LINECTL_RETENTION_INTERVAL_SECONDS": "0"})
-    base = free_port_run(len(LINES), avoid=(stack.http_port, stack.pg_port, stack.sim_port))
-    stack.env["LINECTL_SIM_PORT"] = str(base)
+                                     "LINECTL_RETENTION_INTERVAL_SECONDS": "0"}, lines=len(LINES))
     stack.up()
     stack.wait_line("linectl: ready", 60)  # /readyz 200: both lines' services and PLCs
     out = stack.output()
@@ -114,7 +111,7 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
         assert any(line.split()[0] == str(pid) and f"{kind} --line {line_id}" in line for line in ps), \
             (kind, line_id)
     assert stack.process("gateway")
-    assert all(listening(base + n) for n in range(len(LINES)))
+    assert all(listening(stack.sim_port + n) for n in range(len(LINES)))
     assert stack.get("/readyz") == (200, {"status": "ready"})
 
     # The migrate step registered both lines: the default one keeps public.

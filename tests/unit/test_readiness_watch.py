@@ -10,7 +10,7 @@ from services.stack.readiness import ReadinessWatch
 
 
 class Readyz(BaseHTTPRequestHandler):
-    reason = "line cell-b: loop not answering"  # None: ready
+    reason = "not ready: line cell-b: loop not answering"  # as /readyz says it; None: ready
 
     def do_GET(self):
         if Readyz.reason is None:
@@ -34,7 +34,7 @@ def test_a_start_not_ready_past_its_patience_says_why_once_per_reason_then_ready
                            interval=0.02, patience=0.2)
     try:
         watch.start()
-        assert said.get(timeout=10) == "not ready yet: line cell-b: loop not answering"
+        assert said.get(timeout=10) == "not ready yet: line cell-b: loop not answering"  # not twice "not ready"
         Readyz.reason = "the PLC of cell-b is not connected"
         assert said.get(timeout=10) == "not ready yet: the PLC of cell-b is not connected"
         Readyz.reason = None
