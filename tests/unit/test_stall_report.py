@@ -20,8 +20,9 @@ def test_a_stalled_phase_reports_each_green_threads_stack(tmp_path, monkeypatch)
         released.wait()
 
     waiter = eventlet.spawn(waits_for_release)
-    with stall_report._Watchdog("tests/x.py::test_y", "teardown"):
-        wait_for(log.exists, timeout=10)
+    with stall_report._Watchdog("tests/x.py::test_y", "teardown") as watchdog:
+        # its thread ends once the report is written (the file exists, empty, before that)
+        wait_for(lambda: not watchdog.thread.is_alive(), timeout=10)
     released.send()
     waiter.wait()
     report = log.read_text()
