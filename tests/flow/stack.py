@@ -141,9 +141,9 @@ class Floor(Line):
             return next((a for a in items if a["kind"] == kind), None)
         return self._wait(found, timeout, f"an open {kind} action")
 
-    def _wait(self, predicate, timeout, what):
+    def _wait(self, predicate, timeout, what, steady=False):
         try:
-            return wait_for(predicate, timeout, 0.02, what)
+            return wait_for(predicate, timeout, 0.02, what, steady=steady)
         except AssertionError as exc:  # the state as it is at the end, not the start
             raise AssertionError(f"{exc}\n{self.describe()}") from None
 
@@ -155,7 +155,7 @@ class Floor(Line):
         """A robot action is in flight (its task running)."""
         return self._wait(lambda: self.rows(
             "SELECT id FROM task WHERE status = 'RUNNING' AND kind NOT IN ('START_MACHINE', 'ABORT_CYCLE')"),
-            30, "a robot action in flight")
+            30, "a robot action in flight", steady=True)
 
     def answer_robot_failures(self):
         """The actions in flight when a machine faulted (a load or a start the PLC

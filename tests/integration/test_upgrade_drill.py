@@ -173,7 +173,7 @@ def test_an_upgrade_from_the_previous_head_keeps_every_row_and_the_line_runs_on(
                         " count(*) FILTER (WHERE status IN ('QUEUED', 'MOVING', 'PROCESSING', 'WAITING_UNLOAD'))"
                         " AS busy FROM job WHERE work_order_id = :o"), {"o": order["id"]}).first()
                 return r.done >= 1 and r.busy >= 1
-            wait_for(mid_run, 60, 0.01, "the order mid-run")
+            wait_for(mid_run, 60, 0.01, "the order mid-run", steady=True)
         downgrade(db_url, previous)
         with engine.begin() as conn:
             rows_at_previous_head(conn)

@@ -108,7 +108,7 @@ class Line:
 def kill(stack, name, moment, what, sig=signal.SIGKILL):
     """``kill -9`` (or ``sig``) process ``name`` as soon as ``moment()`` is true, and
     wait until its successor is up and the stack is ready again."""
-    found = wait_for(moment, 90, 0.01, what)
+    found = wait_for(moment, 90, 0.01, what, steady=True)
     pid = stack.process(name)
     os.kill(pid, sig)
     mark = len(stack.lines)

@@ -83,7 +83,7 @@ def test_an_order_backed_up_while_running_completes_on_the_restored_database(sta
     line = Line(first.database_url(), first.amqp_uri())
     with reported(first, line):
         order = start_order(first, token, "SHAFT-B", QUANTITY)
-        wait_for(line.running_machine, 90, 0.02, "a machine cycle (the order mid-run)")
+        wait_for(line.running_machine, 90, 0.02, "a machine cycle (the order mid-run)", steady=True)
         os.kill(first.process("hardware"), signal.SIGSTOP)
         backup = linectl(first, "backup")
         assert backup.returncode == 0, backup.stderr

@@ -10,10 +10,12 @@ import time
 LONGEST_PAUSE = 0.2
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = "",
+             *, steady: bool = False):
     """Return the first truthy value of ``predicate()``; fail after ``timeout``
     (``message``: what was waited for, or a callable saying it). The pause
-    between looks starts at ``interval`` and grows to ``LONGEST_PAUSE``."""
+    between looks starts at ``interval`` and grows to ``LONGEST_PAUSE``;
+    ``steady`` keeps it at ``interval``, to catch a moment that passes."""
     deadline = time.monotonic() + timeout
     pause = interval
     while True:
@@ -24,4 +26,5 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, message: 
             said = message() if callable(message) else message  # a callable: what was seen last
             raise AssertionError(f"timed out after {timeout}s waiting for {said or predicate}")
         time.sleep(pause)
-        pause = max(interval, min(pause * 1.5, LONGEST_PAUSE))
+        if not steady:
+            pause = max(interval, min(pause * 1.5, LONGEST_PAUSE))
