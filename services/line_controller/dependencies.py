@@ -71,12 +71,23 @@ class NamekoHardwarePort:
         # Expiring: a request given up on here (refused below) never runs later.
         self.clients = RpcClientPool(config, size=clients, timeout=timeout, context_data=self.context)
         self.retry_pauses = SEND_RETRY_PAUSES
+        self._sending: set[str] = set()
 
     def close(self) -> None:
         self.clients.close()
 
     def request(self, req: HardwareRequest) -> None:
-        eventlet.spawn(self._call, req)
+        self._sending.add(str(req.task_id))
+        eventlet.spawn(self._call_once, req)
+
+    def sending(self) -> set[str]:
+        return set(self._sending)
+
+    def _call_once(self, req: HardwareRequest) -> None:
+        try:
+            self._call(req)
+        finally:
+            self._sending.discard(str(req.task_id))
 
     def _call(self, req: HardwareRequest) -> None:
         for attempt, pause in enumerate((*self.retry_pauses, None), start=1):

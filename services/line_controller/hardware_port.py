@@ -30,3 +30,7 @@ class HardwarePort(Protocol):
     ``*Failed`` message through the loop's inbox."""
 
     def request(self, req: HardwareRequest) -> None: ...
+
+    def sending(self) -> set[str]:
+        """The task ids of requests sent but neither accepted nor refused yet."""
+        ...

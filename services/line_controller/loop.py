@@ -38,6 +38,7 @@ from . import messages as m
 from .action_executor import ActionExecutor
 from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
+from .handlers.recovery import read_plc, recovery_check_message
 from .hardware_port import HardwarePort, HardwareRequest
 from .outcome import Outcome, Pending
 from .payloads import instant
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
+# How long the check after a database outage waits for requests still being sent;
+# past it, what is still unsent is asked about (the port gives up on its own by then).
+SENDING_WAIT_SECONDS = 30.0
 
 
 class EventLoop:
@@ -107,10 +111,10 @@ class EventLoop:
         self._plc_state = plc_state
         if recover:
             self.recovering = True
-            state = self._read_plc(plc_state)
+            state = read_plc(plc_state)
             # Only pieces in process need the PLC's word: otherwise check at once.
             if state is not None or plc_wait <= 0 or not in_process:
-                self._enqueue(self._recovery_check(state))
+                self._enqueue(recovery_check_message(state))
             else:
                 eventlet.spawn(self._recover_when_plc_answers, plc_state, plc_wait)
         for row in backlog:  # persisted before a crash or restart: they still run
@@ -132,31 +136,27 @@ class EventLoop:
             return
         self.recovering = True
         log.warning("the database answers again: checking the line against the PLC")
-        self._enqueue(self._recovery_check(self._read_plc(self._plc_state)))
-
-    @staticmethod
-    def _read_plc(plc_state) -> dict | None:
-        """The PLC state if it could be read and the PLC is connected, else None."""
-        if plc_state is None:
-            return None
-        try:
-            state = plc_state()
-        except Exception as exc:  # the hardware service is not there (yet)
-            log.warning("recovery: the PLC state could not be read: %s", exc)
-            return None
-        return state if (state or {}).get("connected") else None
+        if self.hardware is not None and self.hardware.sending():
+            # A request the port is still sending (its transport met the outage too)
+            # is no lost action: read the hardware once it has accepted it (it then
+            # lists it) or refused it (its failure is queued ahead of the check).
+            eventlet.spawn(self._recover_once_sent)
+        else:
+            self._enqueue(recovery_check_message(read_plc(self._plc_state)))
 
     def _recover_when_plc_answers(self, plc_state, wait: float) -> None:
         deadline = time.monotonic() + wait
         state = None
         while state is None and time.monotonic() < deadline:
             eventlet.sleep(1.0)
-            state = self._read_plc(plc_state)
-        self._enqueue(self._recovery_check(state))
+            state = read_plc(plc_state)
+        self._enqueue(recovery_check_message(state))
 
-    @staticmethod
-    def _recovery_check(state: dict | None) -> m.EventLoopMessage:
-        return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
+    def _recover_once_sent(self) -> None:
+        deadline = time.monotonic() + SENDING_WAIT_SECONDS
+        while self.hardware.sending() and time.monotonic() < deadline:
+            eventlet.sleep(0.05)
+        self._enqueue(recovery_check_message(read_plc(self._plc_state)))
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -225,7 +225,7 @@ class EventLoop:
         if msg.type == "RecoveryCheck" and outcome.status != "HANDLED":
             # Not checked (e.g. the database is away): check again, still holding scheduling.
             eventlet.spawn_after(RECOVERY_RETRY_SECONDS, self._enqueue,
-                                 self._recovery_check(msg.payload.get("plcState")))
+                                 recovery_check_message(msg.payload.get("plcState")))
         for pending in self._pending.pop(msg.id, []):
             pending.done.send(dataclasses.replace(outcome, replayed=True) if pending.replay else outcome)
         return outcome

@@ -17,6 +17,9 @@ class RecordingHardware:
     def request(self, req):
         self.requests.append(req)
 
+    def sending(self):
+        return set()  # a request is taken at once
+
 
 class ScriptedScheduler:
     """Plans exactly the actions a test queues (the real scheduler is another module)."""

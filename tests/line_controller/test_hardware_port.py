@@ -166,3 +166,31 @@ def test_a_request_whose_answer_was_lost_is_asked_again_not_refused(container_fa
         port.close()
     assert loop.refused == []  # refusing would put back a job the robot may be moving
     assert SlowFirstAnswer.asked == ["9", "9"] and port.accepted == {"9": "stand-in"}
+
+
+class GatedHardware:
+    """Accepts a request once the test opens the gate."""
+    name = ev.HARDWARE
+    gate = eventlet.Event()
+
+    @rpc
+    def dock_to_buffer(self, correlation_id, slot_no, job_id=None):
+        GatedHardware.gate.wait()
+        return {"accepted": True, "actionId": 1, "instanceId": "stand-in"}
+
+
+def test_a_request_is_being_sent_until_the_hardware_accepts_it(container_factory, nameko_config):
+    # What the loop's check after a database outage waits for (tests/line_controller/test_recovery.py).
+    from tests.support.waiting import wait_for
+
+    GatedHardware.gate = eventlet.Event()
+    container_factory(GatedHardware, nameko_config).start()
+    port = NamekoHardwarePort(nameko_config, RecordingLoop(), timeout=20.0)
+    try:
+        port.request(_request(5))
+        assert port.sending() == {"5"}
+        GatedHardware.gate.send()
+        wait_for(lambda: not port.sending(), 20, message="the request accepted")
+        assert port.accepted == {"5": "stand-in"}
+    finally:
+        port.close()

@@ -372,3 +372,29 @@ def test_a_hardware_restart_puts_only_its_lost_actions_before_an_operator(harnes
     # No PLC comparison mid-run: a machine check would race the loop's own updates.
     assert [a.kind for a in harness.manual_actions() if a.status == "OPEN"] == [r.TASK_OUTCOME_UNKNOWN]
     assert datetime.fromisoformat(restarted_at)  # the payload's format is ISO-8601
+
+
+def test_a_request_still_being_sent_when_the_database_returns_is_no_question(harness):
+    """A failover met a refill's request on its way to the hardware (the port asks
+    again): the check after the outage reads the hardware only once the request is
+    accepted, so the refill is held by the hardware, not an unknown outcome."""
+    from tests.support.waiting import wait_for
+
+    oid, jobs = harness.started_order(quantity=1)
+    refill = harness.act(Refill(jobs[0], 1))
+    task = str(refill.task_id)
+    hardware = {"sending": {task}, "known": {"open": [], "answered": []}}
+    harness.hardware.sending = lambda: set(hardware["sending"])
+    harness.loop._plc_state = lambda: {**plc(), "knownActions": hardware["known"]}
+    harness.loop.uow.database_was_away = True  # as a message that met the failover leaves it
+
+    harness.ok("ScheduleTick")
+    assert harness.loop.recovering and harness.loop.inbox.qsize() == 0  # not read yet
+    hardware["known"], hardware["sending"] = {"open": [task], "answered": []}, set()  # accepted
+    wait_for(lambda: harness.loop.inbox.qsize() == 1, 10, 0.01, "the recovery check")
+    out = harness.next()
+
+    assert out.result["inconsistencies"] == 0 and not harness.loop.recovering
+    assert harness.manual_actions(r.TASK_OUTCOME_UNKNOWN) == []
+    assert harness.row("SELECT status FROM task WHERE id = :id", id=refill.task_id).status == "RUNNING"
+    assert harness.succeed(refill).status == "HANDLED"  # its result concludes it as usual

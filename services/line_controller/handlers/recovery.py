@@ -20,6 +20,7 @@ Nothing is guessed and nothing is replayed from logs.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from shared.db.models import JOB_HELD, JOB_TERMINAL
@@ -27,6 +28,8 @@ from shared.db.models import JOB_HELD, JOB_TERMINAL
 from .. import consistency_checks as r
 from .. import messages as m
 from ..job_lifecycle import restore_job
+
+log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "RECOVERY_OUTCOME_UNKNOWN"
 # A closed task whose action is sent again (safe to repeat): its failure code.
@@ -57,6 +60,23 @@ CHOICE_HELP = {
                            "checked for pieces the line does not know (on the buffer, a machine, "
                            "the robot).",
 }
+
+
+def read_plc(plc_state) -> dict | None:
+    """``plc_state()`` (the hardware's reading) if it could be read and the PLC is connected, else None."""
+    if plc_state is None:
+        return None
+    try:
+        state = plc_state()
+    except Exception as exc:  # the hardware service is not there (yet)
+        log.warning("recovery: the PLC state could not be read: %s", exc)
+        return None
+    return state if (state or {}).get("connected") else None
+
+
+def recovery_check_message(state: dict | None) -> m.EventLoopMessage:
+    """The loop's RecoveryCheck message, carrying the PLC's state (None: not read)."""
+    return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
 
 
 def _check_key(inc: r.Inconsistency) -> str:
