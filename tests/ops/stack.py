@@ -40,7 +40,7 @@ def _cmdline(pid: str) -> str:
 class Stack:
     def __init__(self, data_dir: Path, transport_env: dict[str, str], *, sim_speed: float = 200.0,
                  extra_env: dict[str, str] | None = None, command: list[str] | None = None,
-                 cwd: Path | None = None, lines: int = 1):
+                 cwd: Path | None = None, lines: int = 1, retention: bool = False):
         self.data_dir = data_dir
         self.http_port, self.pg_port = free_port(), free_port()
         # A plant's simulators listen on LINECTL_SIM_PORT plus each line's place in it.
@@ -48,7 +48,10 @@ class Stack:
         self.env = {**os.environ, **transport_env, "LINECTL_DATA_DIR": str(data_dir),
                     "LINECTL_HTTP_PORT": str(self.http_port), "LINECTL_SIM_PORT": str(self.sim_port),
                     "LINECTL_EMBEDDED_PG_PORT": str(self.pg_port), "LINECTL_SIM_SPEED": str(sim_speed),
-                    "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+                    "PYTHONUNBUFFERED": "1",
+                    # The retention job only where a test asks for it: one process start less.
+                    **({} if retention else {"LINECTL_RETENTION_INTERVAL_SECONDS": "0"}),
+                    **(extra_env or {})}
         self.env.pop("LINECTL_DATABASE_URL", None)
         self.marker = f"LINECTL_DATA_DIR={data_dir}".encode()
         # ``linectl up`` of this checkout, or (``command``) of an installed linectl.

@@ -92,7 +92,7 @@ def postgres_restarted(stack, out: str) -> tuple[str, dict]:
 
 
 def test_up_runs_supervises_stops_and_resumes(stack_factory):
-    stack = stack_factory().up()
+    stack = stack_factory(retention=True).up()
     out, pids = check_the_summary_and_processes(stack)
 
     restarted = hardware_frozen_then_killed(stack, pids)

@@ -95,9 +95,9 @@ def controller_status(amqp_uri: str, service: str) -> dict | None:
 
 def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plant_file, rabbit_uri):
     # On RabbitMQ (tests/ops/test_plant.py runs a plant on pgsql://): a line's names work
-    # the same on both. No retention job: one process less to start (it is the plant's).
-    stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), "LINECTL_AMQP_URI": rabbit_uri,
-                                     "LINECTL_RETENTION_INTERVAL_SECONDS": "0"}, lines=len(LINES))
+    # the same on both.
+    stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), "LINECTL_AMQP_URI": rabbit_uri},
+                          lines=len(LINES))
     stack.up()
     stack.wait_line("linectl: ready", 60)  # /readyz 200: both lines' services and PLCs
     out = stack.output()
