@@ -121,8 +121,16 @@ def action_jobs(floor, action):
 def test_a_dropped_connection_asks_nobody_and_the_order_completes(floor):
     order = floor.order("SHAFT-B", 3)
     floor.processing_on("MC1")
-    floor.cell.clear()  # no longer held: the cycle ends while the link is down
+    # Nothing on its way to the PLC when the link drops: every piece done or in MC1's
+    # held cycle. (A command written as the link drops is rightly asked about: it may
+    # have run. On a loaded machine the line was often still sending.)
+    wait_for(lambda: floor.row(
+        "SELECT count(*) AS n FROM job j LEFT JOIN equipment_slot s ON s.current_job_id = j.id"
+        " WHERE j.work_order_id = :o AND j.status <> 'COMPLETED'"
+        " AND NOT (j.status = 'PROCESSING' AND s.equipment_id = 'MC1')", o=order["id"]).n == 0,
+        30, 0.05, "every piece done or in MC1's held cycle")
     floor.cell.drop(2.5)  # longer than the hardware's reconnect grace (1 s): NOT_SENT, put back
+    floor.cell.clear()  # no longer held: the cycle ends while the link is down
     wait_for(lambda: floor.rows("SELECT id FROM alarm WHERE code = 'PLC_DISCONNECTED'"), 10, 0.05,
              "the PLC_DISCONNECTED alarm")
     done = floor.finished_exactly(order["id"], 3)
