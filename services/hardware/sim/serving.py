@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
+SHORT_PAUSE = 0.05  # seconds: a pause this short is slept through, even by a stop
 STOP_GRACE = 10.0  # seconds a signalled stop may take before the process just ends
 
 
@@ -138,7 +139,11 @@ class LoopServer:
 
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less if the server stops meanwhile."""
-        if seconds > 0 and not self._stopping.is_set():
+        if 0 < seconds <= SHORT_PAUSE:
+            # A tick: a stop waits no longer than that, and a plain sleep spares the
+            # task and timer wait_for makes on each call (200 times a second).
+            await asyncio.sleep(seconds)
+        elif seconds > 0 and not self._stopping.is_set():
             try:
                 await asyncio.wait_for(self._stopping.wait(), seconds)
             except TimeoutError:
