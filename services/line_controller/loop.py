@@ -40,6 +40,7 @@ from .dbstate import DBState, Rejected
 from .handlers import HANDLERS, HandlerContext
 from .handlers.recovery import read_plc, recovery_check_message
 from .hardware_port import HardwarePort, HardwareRequest
+from .outage_recheck import OutageRecheck
 from .outcome import Outcome, Pending
 from .payloads import instant
 from .scheduler import Scheduler, build_system_state
@@ -50,9 +51,6 @@ log = logging.getLogger(__name__)
 # Ticks are frequent and carry nothing to de-duplicate: not recorded in loop_message.
 UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
-# How long the check after a database outage waits for requests still being sent;
-# past it, what is still unsent is asked about (the port gives up on its own by then).
-SENDING_WAIT_SECONDS = 30.0
 
 
 class EventLoop:
@@ -74,6 +72,7 @@ class EventLoop:
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
+        self.outage_recheck = OutageRecheck(self)
         self._plc_state = None  # what start() was given to read the PLC's state
         self.heard_since: datetime | None = None  # the last recovery check (HandlerContext says why)
         # A hardware instance said it stops cleanly (its id): no scheduling round
@@ -123,27 +122,6 @@ class EventLoop:
         if consume:
             self._consumer = eventlet.spawn(self._run)
 
-    def _recheck_after_database_loss(self, msg) -> None:
-        """The database answers again after it was lost (a restart, a failover):
-        the line is checked against the PLC as after a start, scheduling held
-        until then. With a synchronous standby nothing was lost and nothing is
-        asked; an asynchronous one may have lost commits, and the PLC shows them."""
-        if not self.uow.database_was_away or msg.type == "RecoveryCheck":
-            return
-        self.uow.database_was_away = False
-        if self._plc_state is None:  # nothing to check against (a loop driven by hand)
-            self.heard_since = datetime.now(UTC)
-            return
-        self.recovering = True
-        log.warning("the database answers again: checking the line against the PLC")
-        if self.hardware is not None and self.hardware.sending():
-            # A request the port is still sending (its transport met the outage too)
-            # is no lost action: read the hardware once it has accepted it (it then
-            # lists it) or refused it (its failure is queued ahead of the check).
-            eventlet.spawn(self._recover_once_sent)
-        else:
-            self._enqueue(recovery_check_message(read_plc(self._plc_state)))
-
     def _recover_when_plc_answers(self, plc_state, wait: float) -> None:
         deadline = time.monotonic() + wait
         state = None
@@ -151,12 +129,6 @@ class EventLoop:
             eventlet.sleep(1.0)
             state = read_plc(plc_state)
         self._enqueue(recovery_check_message(state))
-
-    def _recover_once_sent(self) -> None:
-        deadline = time.monotonic() + SENDING_WAIT_SECONDS
-        while self.hardware.sending() and time.monotonic() < deadline:
-            eventlet.sleep(0.05)
-        self._enqueue(recovery_check_message(read_plc(self._plc_state)))
 
     def stop(self) -> None:
         if self._consumer is not None:
@@ -264,7 +236,7 @@ class EventLoop:
         self._send(ctx.requests)
         for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
-        self._recheck_after_database_loss(msg)
+        self.outage_recheck.after(msg)
         try:
             self.schedule()
         except Exception as exc:  # the message is committed: its outcome stands

@@ -287,6 +287,9 @@ class RecoveryCheck:
     # ... and of those, only the ones an earlier instance accepted may have started
     # (the rest wait in its queue for the new one, or were answered NOT_EXECUTED).
     accepted_by_earlier: tuple[str, ...] | None = key("acceptedByEarlier", None)
+    # After the database was away: the last task there was when the hardware was
+    # read; a later one started after that read (loop.outage_recheck) and still reports.
+    tasks_up_to: int | None = key("tasksUpTo", None)
 
     def validate(self):
         instant("hardwareStartedAt", self.hardware_started_at)

@@ -111,7 +111,7 @@ def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_p
     assert floor.row("SELECT count(*) AS n FROM work_order WHERE code LIKE 'DURING-%'").n >= created
     assert floor.row("SELECT inet_server_port() AS port").port == replica_pair.standby_port
     # nobody was asked anything: a failover is no fault of the line
-    assert floor.rows("SELECT kind FROM manual_action") == []
+    assert floor.rows("SELECT kind, text FROM manual_action") == []
     assert floor.rows("SELECT code FROM alarm") == []
     # the very same processes: the hardware instance, and a loop that kept counting
     # (asked through new clients: one that met the dead server reports that, as on RabbitMQ)

@@ -392,9 +392,26 @@ def test_a_request_still_being_sent_when_the_database_returns_is_no_question(har
     assert harness.loop.recovering and harness.loop.inbox.qsize() == 0  # not read yet
     hardware["known"], hardware["sending"] = {"open": [task], "answered": []}, set()  # accepted
     wait_for(lambda: harness.loop.inbox.qsize() == 1, 10, 0.01, "the recovery check")
+    assert harness.loop.inbox.queue[0].payload["tasksUpTo"] == refill.task_id  # the last task there was
     out = harness.next()
 
     assert out.result["inconsistencies"] == 0 and not harness.loop.recovering
     assert harness.manual_actions(r.TASK_OUTCOME_UNKNOWN) == []
     assert harness.row("SELECT status FROM task WHERE id = :id", id=refill.task_id).status == "RUNNING"
     assert harness.succeed(refill).status == "HANDLED"  # its result concludes it as usual
+
+
+def test_a_task_started_after_the_hardware_was_read_is_no_question(harness):
+    """Messages queued ahead of the check after an outage start tasks of their own
+    (a result whose piece is then taken out): the hardware was read before them,
+    so only the tasks up to the check's ``tasksUpTo`` are in question."""
+    oid, jobs = harness.started_order(quantity=2)
+    held = harness.act(Refill(jobs[0], 1))
+    later = harness.act(Refill(jobs[1], 2))  # started after the read below
+    known = {"open": [str(held.task_id)], "answered": []}
+
+    out = harness.send("RecoveryCheck", {"plcState": {**plc(), "knownActions": known}, "tasksUpTo": held.task_id})
+
+    assert out.status == "HANDLED" and out.result["inconsistencies"] == 0, out
+    assert harness.manual_actions(r.TASK_OUTCOME_UNKNOWN) == []
+    assert harness.row("SELECT status FROM task WHERE id = :id", id=later.task_id).status == "RUNNING"

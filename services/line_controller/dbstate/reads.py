@@ -122,6 +122,9 @@ class Reads(StateBase):
         return self._one("SELECT count(*) AS n FROM job WHERE status = 'PROCESSING' "
                          "OR held_status = 'PROCESSING'").n
 
+    def last_task_id(self) -> int:
+        return self._one("SELECT COALESCE(MAX(id), 0) AS id FROM task").id
+
     def open_tasks(self):
         return self._all("SELECT * FROM task WHERE status IN ('PENDING','RUNNING') ORDER BY id")
 

@@ -74,9 +74,10 @@ def read_plc(plc_state) -> dict | None:
     return state if (state or {}).get("connected") else None
 
 
-def recovery_check_message(state: dict | None) -> m.EventLoopMessage:
+def recovery_check_message(state: dict | None, tasks_up_to: int | None = None) -> m.EventLoopMessage:
     """The loop's RecoveryCheck message, carrying the PLC's state (None: not read)."""
-    return m.new_message("RecoveryCheck", {"plcState": state}, actor="recovery")
+    payload = {"plcState": state} if tasks_up_to is None else {"plcState": state, "tasksUpTo": tasks_up_to}
+    return m.new_message("RecoveryCheck", payload, actor="recovery")
 
 
 def _check_key(inc: r.Inconsistency) -> str:
@@ -102,6 +103,8 @@ def _tasks_in_question(evt: m.RecoveryCheck, db) -> dict:
             earlier = set(evt.accepted_by_earlier)
             open_tasks = {i: t for i, t in open_tasks.items() if str(i) in earlier}
         return open_tasks
+    if evt.tasks_up_to is not None:  # a later task started after the hardware was read
+        open_tasks = {i: t for i, t in open_tasks.items() if i <= evt.tasks_up_to}
     known = (evt.plc_state or {}).get("knownActions") or {}
     reported = {*known.get("open", ()), *known.get("answered", ())}
     # The hardware still holds these, or has published their result (waiting in
