@@ -8,6 +8,7 @@ from nameko.rpc import rpc
 from services.line_controller.dependencies import NamekoHardwarePort
 from services.line_controller.hardware_port import HardwareRequest
 from shared import events as ev
+from tests.support.waiting import wait_for
 
 
 class StandInHardware:
@@ -83,34 +84,27 @@ def _end_every_other_session(db_url):
     conn.close()
 
 
-def _wait_until(db_url, query, queue, timeout, failure):
-    """Polls a yes/no query about a transport queue until it says yes."""
-    import time
-
+def _answer(db_url, query, queue):
+    """A yes/no query about a transport queue, on a connection of its own."""
     import psycopg2
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with psycopg2.connect(db_url) as conn, conn.cursor() as cur:
-            cur.execute(query, (queue,))
-            done = cur.fetchone()[0]
-        conn.close()
-        if done:
-            return
-        eventlet.sleep(0.05)
-    raise AssertionError(failure)
+    with psycopg2.connect(db_url) as conn, conn.cursor() as cur:
+        cur.execute(query, (queue,))
+        yes = cur.fetchone()[0]
+    conn.close()
+    return yes
 
 
 def _wait_for_empty_queue(db_url, queue, timeout=15.0):
-    _wait_until(db_url, "SELECT count(*) = 0 FROM mq_message WHERE queue = %s", queue,
-                timeout, f"{queue} still holds a message after {timeout} s")
+    wait_for(lambda: _answer(db_url, "SELECT count(*) = 0 FROM mq_message WHERE queue = %s", queue),
+             timeout, 0.05, f"{queue} holding no message")
 
 
 def _wait_for_consumer(db_url, queue, timeout=15.0):
-    _wait_until(db_url, "SELECT count(*) > 0 FROM mq_consumer c JOIN pg_stat_activity a"
-                        " ON a.pid = c.backend_pid AND a.backend_start = c.backend_started"
-                        " WHERE c.queue = %s", queue,
-                timeout, f"nobody consumes {queue} again after {timeout} s")
+    wait_for(lambda: _answer(db_url, "SELECT count(*) > 0 FROM mq_consumer c JOIN pg_stat_activity a"
+                                     " ON a.pid = c.backend_pid AND a.backend_start = c.backend_started"
+                                     " WHERE c.queue = %s", queue),
+             timeout, 0.05, f"somebody consuming {queue} again")
 
 
 def test_a_pooled_client_whose_sessions_died_is_replaced_before_a_request(
@@ -181,8 +175,6 @@ class GatedHardware:
 
 def test_a_request_is_being_sent_until_the_hardware_accepts_it(container_factory, nameko_config):
     # What the loop's check after a database outage waits for (tests/line_controller/test_recovery.py).
-    from tests.support.waiting import wait_for
-
     GatedHardware.gate = eventlet.Event()
     container_factory(GatedHardware, nameko_config).start()
     port = NamekoHardwarePort(nameko_config, RecordingLoop(), timeout=20.0)
