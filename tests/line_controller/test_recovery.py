@@ -273,6 +273,23 @@ def test_confirm_on_an_idle_machine_starts_the_cycle_again(harness, restart, lay
     assert start.kwargs["equipment_id"] == "MC1" and h.job(jobs[0]).status == "PROCESSING"
 
 
+def test_confirm_after_the_machine_reported_the_cycle_done_keeps_the_piece_done(harness, restart):
+    """A start on its way when the PLC restarted ran after the check: the machine
+    finished the piece before the operator answered. CONFIRM ("not finished: run it
+    again") re-runs only cycles still unfinished; this piece waits for its unload
+    (queued on a DONE slot, nothing would ever start or unload it)."""
+    oid, jobs = harness.started_order(quantity=1)
+    harness.on_equipment(jobs[0], "MC1", 1, 1)
+    h = restart(lambda: plc())
+    h.recover()
+    action = h.action(r.MACHINE_IDLE_BUT_DB_RUNNING)
+    h.ok("MachineDone", {"machineId": "MC1", "slotNo": 1, "jobId": jobs[0]})
+    assert (h.job(jobs[0]).status, h.job(jobs[0]).held_status) == ("SUSPENDED", "WAITING_UNLOAD")
+    assert h.resolve(action, "CONFIRM").status == "HANDLED"
+    assert h.job(jobs[0]).status == "WAITING_UNLOAD"
+    assert h.slot("MC1", 1).status == "DONE"
+
+
 def test_a_done_machine_is_consistent_and_a_loaded_unstarted_batch_too(harness, restart):
     oid, jobs = harness.started_order(quantity=1)
     loaded(harness, jobs[0], "MC1", 1, 1)  # loaded, not started: the PLC is idle

@@ -63,7 +63,12 @@ def resolve_recovery(db, action, resolution: str) -> list:
         for job_id in job_ids:
             # CONFIRM: the cycle did not finish; loaded, not started (QUEUED on the
             # slot), the piece's cycle is started again. CYCLE_DONE: done, below.
-            _release(db, action, job_id, status="QUEUED" if resolution == "CONFIRM" else None)
+            # A piece the machine has reported done since the question opened (a
+            # start on its way at the restart ran after the check) waits for its
+            # unload either way: its held status already says so.
+            job = db.job(job_id)
+            rerun = resolution == "CONFIRM" and job is not None and job.held_status != "WAITING_UNLOAD"
+            _release(db, action, job_id, status="QUEUED" if rerun else None)
         if resolution == "CYCLE_DONE":
             for slot in db.slots(action.equipment_id):
                 if slot.status == "OCCUPIED" and slot.current_job_id in job_ids:
