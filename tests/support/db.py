@@ -118,8 +118,8 @@ class TestDatabases:
         self.created: list[str] = []
         self.ahead = ahead
         # On the shard's own throw-away cluster (fsync off), a clone copies the template's
-        # files: 0.028 CPU-s a clone and drop, against 0.05 through the WAL (PostgreSQL
-        # 15's default). Its checkpoints would flush to disk on a server that syncs.
+        # files: 0.028 CPU-s a clone and drop, against 0.05 through the WAL (the default
+        # since PostgreSQL 15). Its checkpoints would flush to disk on a server that syncs.
         self._strategy = " STRATEGY FILE_COPY" if self.embedded is not None else ""
         self._next = None  # the green thread making the next migrated clone
         admin_execute(self.server_url, f'DROP DATABASE IF EXISTS "{self.template}"',
