@@ -108,17 +108,12 @@ class SimulatorCell:
         self.address = simulator.address
         self.control = sim_control(layout, simulator.address)
 
-    def __getattr__(self, name):  # fault, hang, emergency_stop, restart
+    def __getattr__(self, name):  # fault, hang, emergency_stop, restart, drop
         return getattr(self.control, self.RENAMED.get(name, name))
 
-    # A drop asked over the wire happens once its answer is out (ANSWER_FIRST later),
-    # so a clear sent right after could land first, and a cycle meant to end while
-    # the link is down ended before it went down. In-process, a drop returns once
-    # every connection is dropped, and a clear needs no connection.
-    def drop(self, seconds):
-        self.simulator.drop(seconds)
-
     def clear(self):
+        """In-process: a clear needs no connection, so it may come while the
+        simulator refuses them (after a drop)."""
         self.simulator.clear()
 
     def stop(self):

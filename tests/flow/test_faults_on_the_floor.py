@@ -130,9 +130,12 @@ def test_a_dropped_connection_asks_nobody_and_the_order_completes(floor):
         " AND NOT (j.status = 'PROCESSING' AND s.equipment_id = 'MC1')", o=order["id"]).n == 0,
         30, 0.05, "every piece done or in MC1's held cycle")
     floor.cell.drop(2.5)  # longer than the hardware's reconnect grace (1 s): NOT_SENT, put back
-    floor.cell.clear()  # no longer held: the cycle ends while the link is down
+    # A drop asked over the wire happens once its answer is out: the clear waits until
+    # the line has seen the link go down (cleared at once, the held cycle ended first,
+    # and its take-out was sent as the link went down: rightly asked about).
     wait_for(lambda: floor.rows("SELECT id FROM alarm WHERE code = 'PLC_DISCONNECTED'"), 10, 0.05,
              "the PLC_DISCONNECTED alarm")
+    floor.cell.clear()  # no longer held: the cycle ends while the link is down (or just after)
     done = floor.finished_exactly(order["id"], 3)
     assert (done.completed_qty, done.scrapped_qty) == (3, 0)
     assert floor.rows("SELECT kind FROM manual_action") == []  # no question

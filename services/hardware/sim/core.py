@@ -75,11 +75,6 @@ class SimulatorCore(LoopServer):
         those of deploy/REGISTER_MAP.md "PLC restart"."""
         asyncio.run_coroutine_threadsafe(self._restart(seconds), self._loop).result(timeout)
 
-    def drop(self, seconds: float, timeout: float = 10.0) -> None:
-        """Drop every connection, from the test's side: returns once they are
-        dropped; new ones are refused for ``seconds``."""
-        asyncio.run_coroutine_threadsafe(self._drop(seconds), self._loop).result(timeout)
-
     def fault(self, equipment_id: str) -> None:
         """The machine faults now (FAULT = 6, running cycles abort), as FAULT_STATION."""
         self._on_loop(self.model.machine_fault, equipment_id)
