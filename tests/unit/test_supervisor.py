@@ -13,7 +13,9 @@ from tests.support.waiting import wait_for
 def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypatch):
     monkeypatch.setattr(supervisor, "STABLE_SECONDS", 0.5)
     monkeypatch.setattr(supervisor, "BACKOFF_FIRST", 0.05)
-    sup = Supervisor([ProcessSpec("crashing", [sys.executable, "-c", "raise SystemExit(3)"]),
+    # The crashing child is a shell: a Python start on a loaded machine (CI's suite in four
+    # shards) took longer than STABLE_SECONDS, counted as a stable run and reset the backoff.
+    sup = Supervisor([ProcessSpec("crashing", ["/bin/sh", "-c", "exit 3"]),
                       ProcessSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"])],
                      env=dict(os.environ))
     crashing, steady = sup.children
