@@ -42,6 +42,23 @@ def pytest_configure(config):
     module_queue.register(config)  # a whole-suite shard of tests/run_suite.py
 
 
+# CI's second run, on its PostgreSQL 15 (.ci/run), runs again only what reaches the
+# test server: every path there is the ``test_databases`` fixture. A test without it
+# (a unit, a simulator, a cluster of its own) would re-prove what the first run proved.
+SERVER_TESTS_ONLY_ENV = "LINECTL_TEST_SERVER_TESTS_ONLY"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(SERVER_TESTS_ONLY_ENV) != "1":
+        return
+    # Tests only: the module queue passes its modules' nodes here too, uncollected.
+    elsewhere = [item for item in items if isinstance(item, pytest.Item) and "test_databases" not in item.fixturenames]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        gone = {id(item) for item in elsewhere}
+        items[:] = [item for item in items if id(item) not in gone]
+
+
 # nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,
 # and kombu's ConsumerMixin drains with a 1 s timeout: every container stop or kill
 # in a test waited out that second (twice when a container both stops its Rpc

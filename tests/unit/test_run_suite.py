@@ -1,7 +1,8 @@
 """How ``make test`` splits the suite (tests/run_suite.py): a whole run queues
 every module exactly once, longest first, and the modules given to ``--ignore``
 not at all (pytest runs a module named on its command line even when it is also
-ignored); shards take modules from the queue (tests/support/module_queue.py)."""
+ignored); shards take modules from the queue (tests/support/module_queue.py);
+CI's run on its PostgreSQL 15 keeps only the tests that reach the test server."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from tests import conftest
 from tests.run_suite import DURATIONS, ROOT, ignored, module_order, whole_suite
 from tests.support import module_queue
 
@@ -150,3 +155,25 @@ def test_two_shards_run_each_queued_module_once_and_keep_the_session_between_mod
             assert all(line.startswith("ran " + name) for line in mine[up + 1:down]), mine
             assert down - up == 3 or name == "test_m0", mine
     assert Path(queue / "modules").read_text().split() == list(paths.values())
+
+
+def test_the_server_only_run_keeps_exactly_the_tests_that_reach_the_test_server(monkeypatch):
+    def item(*fixtures):  # a bare test item: the hook reads only its fixture names
+        test = object.__new__(pytest.Function)
+        test.__dict__["fixturenames"] = list(fixtures)
+        return test
+
+    reaches = [item("db_url", "test_databases"), item("test_databases")]
+    elsewhere = [item(), item("tmp_path")]
+    module = object.__new__(pytest.Module)  # the module queue passes modules' nodes too
+    deselected = []
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+
+    items = [module, elsewhere[0], reaches[0], elsewhere[1], reaches[1]]
+    conftest.pytest_collection_modifyitems(config, items)
+    assert items == [module, elsewhere[0], reaches[0], elsewhere[1], reaches[1]] and not deselected  # a normal run
+
+    monkeypatch.setenv(conftest.SERVER_TESTS_ONLY_ENV, "1")
+    conftest.pytest_collection_modifyitems(config, items)
+    assert items == [module, *reaches]
+    assert deselected == elsewhere
