@@ -48,15 +48,18 @@ def pytest_configure(config):
 SERVER_TESTS_ONLY_ENV = "LINECTL_TEST_SERVER_TESTS_ONLY"
 
 
+def _kept_for_the_server(node) -> bool:
+    # Tests only: the module queue passes its modules' nodes here too, uncollected.
+    return not isinstance(node, pytest.Item) or "test_databases" in node.fixturenames
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get(SERVER_TESTS_ONLY_ENV) != "1":
         return
-    # Tests only: the module queue passes its modules' nodes here too, uncollected.
-    elsewhere = [item for item in items if isinstance(item, pytest.Item) and "test_databases" not in item.fixturenames]
+    elsewhere = [item for item in items if not _kept_for_the_server(item)]
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
-        gone = {id(item) for item in elsewhere}
-        items[:] = [item for item in items if id(item) not in gone]
+        items[:] = [item for item in items if _kept_for_the_server(item)]
 
 
 # nameko's QueueConsumer sees a stop or a kill only when ``drain_events`` returns,
