@@ -33,12 +33,17 @@ PLC_UNREACHABLE = "RECOVERY_PLC_UNREACHABLE"
 BUFFER_PIECE_MISSING = "RECOVERY_BUFFER_PIECE_MISSING"
 BUFFER_PIECE_UNKNOWN = "RECOVERY_BUFFER_PIECE_UNKNOWN"
 DOCK_COUNT_MISMATCH = "RECOVERY_DOCK_COUNT_MISMATCH"
+MACHINE_PIECE_MISSING = "RECOVERY_MACHINE_PIECE_MISSING"
 
 RECOVERY_KINDS = (
     SLOT_MISMATCH, DUPLICATE_BUFFER_SLOT, BUFFER_SLOT_OUT_OF_RANGE,
     MACHINE_IDLE_BUT_DB_RUNNING, MACHINE_RUNNING_BUT_DB_IDLE, TASK_OUTCOME_UNKNOWN,
     PLC_UNREACHABLE, BUFFER_PIECE_MISSING, BUFFER_PIECE_UNKNOWN, DOCK_COUNT_MISMATCH,
+    MACHINE_PIECE_MISSING,
 )
+# A MACHINE_PIECE_MISSING found by the robot itself (an unload answered
+# SOURCE_EMPTY), not by the check: its ``case`` (the page's wording).
+SOURCE_EMPTY = "SOURCE_EMPTY"
 
 # Actions whose outcome a restart made unknown that are sent again rather than
 # asked about: repeating them is harmless. A SCAN reads a barcode and moves
@@ -64,6 +69,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     BUFFER_PIECE_MISSING: ("CONFIRM", "PIECE_REMOVED", "SCRAP"),
     BUFFER_PIECE_UNKNOWN: ("CONFIRM",),
     DOCK_COUNT_MISMATCH: ("CONFIRM",),
+    # Where is the piece? Still in the slot (the sensor is wrong: CONFIRM), on its
+    # buffer slot (the robot unloaded it and the record was lost, as an asynchronous
+    # standby loses its last commits: PIECE_UNLOADED), or out of the cell.
+    MACHINE_PIECE_MISSING: ("CONFIRM", "PIECE_UNLOADED", "PIECE_REMOVED", "SCRAP"),
 }
 
 
@@ -128,6 +137,7 @@ def find_inconsistencies(
     equipment_running: Iterable[str] | None = None,
     buffer_busy: Iterable[int] = (),
     dock: DockRecord | None = None,
+    machine_busy: Iterable[tuple[str, int]] = (),
 ) -> list[Inconsistency]:
     """Every check, in this order: the DB with itself (equipment slots, the
     buffer, running tasks), then the DB against the PLC (machines, then, when
@@ -140,7 +150,9 @@ def find_inconsistencies(
     ``buffer_busy``: buffer slots an open task or an uncleared failure is
     about (a piece may be on its way there or away): their own question or
     result settles them, so the sensors are not compared there.
-    ``dock``: the DB's record of the dock (None: not compared)."""
+    ``dock``: the DB's record of the dock (None: not compared).
+    ``machine_busy``: (equipment, slot) pairs an open task or an uncleared failure
+    is about, as ``buffer_busy`` for the machines' slots."""
     started = None if equipment_running is None else set(equipment_running)
     jobs = [j for j in jobs if j.status in JOB_LIVE]
     slots = list(slots)
@@ -150,8 +162,12 @@ def find_inconsistencies(
     if plc_state is None or not plc_state.get("connected", False):
         return found + pieces_in_process_unchecked(jobs)
     plc_machines = {m["id"]: m for m in plc_state.get("equipment", [])}
-    processing = _processing_by_machine(jobs, slots)
-    found += (machines_idle_but_db_running(processing, plc_machines, started)
+    missing = machine_pieces_missing(jobs, slots, plc_machines, set(machine_busy))
+    # A piece not in its slot is asked about once, where it is; not also whether its cycle ended.
+    gone = {j for inc in missing for j in inc.job_ids}
+    processing = {eq: ids for eq, ids in ((eq, [j for j in ids if j not in gone])
+                                          for eq, ids in _processing_by_machine(jobs, slots).items()) if ids}
+    found += (missing + machines_idle_but_db_running(processing, plc_machines, started)
               + machines_running_but_db_idle(processing, plc_machines))
     sensors = buffer_sensors(plc_state)
     if sensors is not None:
@@ -304,6 +320,45 @@ def machines_running_but_db_idle(processing: dict[str, list[int]],
         f"The PLC reports {eq_id} running, but no piece is being processed there in the database.",
         equipment_id=eq_id, facts={"equipment_id": eq_id},
     ) for eq_id, m in sorted(plc_machines.items()) if m.get("running") and eq_id not in processing]
+
+
+def machine_pieces_missing(jobs: list[JobRow], slots: list[SlotRow], plc_machines: Mapping[str, Mapping],
+                           busy: set[tuple[str, int]]) -> list[Inconsistency]:
+    """A job the DB has in a machine slot (the slot OCCUPIED or DONE with it, the
+    job recorded there) where the PLC's ``OCCUPIED`` shows no piece: what an
+    asynchronous standby that lost an unload, or a hand that took the piece out,
+    leaves. A slot a task or a failure is about is left to its own result or question."""
+    by_id = {j.id: j for j in jobs}
+    found = []
+    for s in slots:
+        j = by_id.get(s.current_job_id) if s.current_job_id else None
+        if (j is None or s.status == "EMPTY" or (s.equipment_id, s.slot_no) in busy
+                or j.position_type != "ON_EQUIPMENT" or j.position_ref_id != f"{s.equipment_id}:{s.slot_no}"):
+            continue
+        plc_slot = next((p for p in plc_machines.get(s.equipment_id, {}).get("slots", [])
+                         if p.get("slotNo") == s.slot_no), None)
+        if plc_slot is not None and plc_slot.get("occupied") is False:
+            found.append(machine_piece_missing(j, s.equipment_id, s.slot_no))
+    return found
+
+
+def machine_piece_missing(job: JobRow, equipment_id: str, slot_no: int, *, case: str | None = None,
+                          task_id: int | None = None) -> Inconsistency:
+    """The question where the piece of ``job`` is, which the DB has in ``equipment_id``
+    slot ``slot_no``: found by the check, or (``case`` SOURCE_EMPTY, ``task_id``) by
+    an unload that found the slot empty. The same finding either way (one question)."""
+    if case == SOURCE_EMPTY:
+        text = (f"The robot found no piece to unload in {equipment_id} slot {slot_no} (SOURCE_EMPTY), "
+                f"where the database records job {job.id}: where is the piece?")
+    else:
+        text = (f"Job {job.id} is recorded in {equipment_id} slot {slot_no}, but the PLC's OCCUPIED "
+                "there shows no piece: where is it?")
+    facts = {"job_id": job.id, "equipment_id": equipment_id, "slot_no": slot_no,
+             "buffer_slot": job.temp_slot_no}
+    if case is not None:
+        facts.update(case=case, task_id=task_id)
+    return Inconsistency(MACHINE_PIECE_MISSING, text, job_ids=(job.id,), equipment_id=equipment_id,
+                         context={"slotNo": slot_no}, facts=facts)
 
 
 def buffer_pieces_missing(jobs: list[JobRow], sensors: Mapping[int, bool], busy: set[int]) -> list[Inconsistency]:

@@ -136,7 +136,7 @@ def apply_stopped_cycle_answer(db: DBState, equipment_id: str, pieces: list[dict
     QUEUED there, so the next round starts them again (a new cycle; the stopped
     one is void). RETURN_TO_BUFFER / SCRAP: their slots DONE, so the robot unloads
     them; unloaded, they do this step again later (``afterFault``) or are
-    scrapped (``task_outcomes._unloaded``)."""
+    scrapped (``task_outcomes.unloaded``)."""
     held = []
     for piece in pieces:
         job = db.job(piece["jobId"])

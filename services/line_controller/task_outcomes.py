@@ -45,11 +45,11 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
     elif kind == ev.BUFFER_TO_EQUIPMENT:
         db.move_job_to_equipment(job_ids[0], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
     elif kind == ev.EQUIPMENT_TO_BUFFER:
-        return _unloaded(db, db.move_job_to_buffer(job_ids[0]))
+        return unloaded(db, db.move_job_to_buffer(job_ids[0]))
     elif kind == ev.SWAP:
         moved = db.move_job_to_buffer(job_ids[0])
         db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
-        return _unloaded(db, moved)
+        return unloaded(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
         patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
                  else {"markedText": params.get("text")})
@@ -64,7 +64,7 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
     return []
 
 
-def _unloaded(db: DBState, job) -> list[HardwareRequest]:
+def unloaded(db: DBState, job) -> list[HardwareRequest]:
     """A piece is back on its buffer slot: its step is done, unless an operator
     answered a stopped cycle (``afterFault``): then it does this step again
     later (RETURN_TO_BUFFER), or it leaves the cell as scrap (SCRAP)."""

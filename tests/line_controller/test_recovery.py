@@ -28,12 +28,15 @@ def loaded(harness, job_id, equipment_id, slot_no, buffer_slot):
         harness.on_equipment(job_id, equipment_id, slot_no, buffer_slot)
 
 
-def plc(running=(), done=()):
-    """A PLC snapshot: every machine idle except ``running``; ``done``: (machine, slot)."""
+def plc(running=(), done=(), occupied=None):
+    """A PLC snapshot: every machine idle except ``running``; ``done``: (machine, slot).
+    ``occupied``: the (machine, slot) pairs whose OCCUPIED shows a piece; None: a
+    picture without the slots' sensors (not compared, as a picture without the buffer)."""
+    def slot(e, n):
+        sensor = {} if occupied is None else {"occupied": (e, n) in occupied}
+        return {"slotNo": n, **sensor, "running": False, "done": (e, n) in done}
     return {"connected": True, "robot": {"state": "IDLE"}, "equipment": [
-        {"id": e, "running": e in running, "fault": False,
-         "slots": [{"slotNo": n, "occupied": False, "running": False, "done": (e, n) in done}
-                   for n in (1, 2, 3, 4)]}
+        {"id": e, "running": e in running, "fault": False, "slots": [slot(e, n) for n in (1, 2, 3, 4)]}
         for e in ("MC1", "MC2", "WASH1", "INSP1")]}
 
 

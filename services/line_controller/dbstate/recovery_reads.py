@@ -25,6 +25,13 @@ class RecoveryReads(StateBase):
             "ON j.id = t.job_id OR t.params->'jobIds' @> to_jsonb(j.id)")
         return {r.n for r in rows if r.n is not None}
 
+    def machine_slots_unsettled(self) -> set[tuple[str, int]]:
+        """Machine slots an open task, or a failed one whose alarm is not cleared,
+        loads, unloads or swaps (its ``equipment_id`` and ``slot_no``)."""
+        rows = self._all(f"WITH t AS ({_UNSETTLED_TASKS}) SELECT DISTINCT equipment_id, slot_no FROM t "
+                         "WHERE equipment_id IS NOT NULL AND slot_no IS NOT NULL")
+        return {(r.equipment_id, r.slot_no) for r in rows}
+
     def dock_record(self):
         """The dock's recorded count (``pieces``; None: never read from the PLC) and
         ``may_have_left``: refills whose piece may have left the dock although the

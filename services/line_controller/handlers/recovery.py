@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from shared import events as ev
 from shared.db.models import JOB_HELD, JOB_TERMINAL
 
 from .. import consistency_checks as r
@@ -59,6 +60,10 @@ CHOICE_HELP = {
     r.DOCK_COUNT_MISMATCH: "The line follows the PLC's count. CONFIRM once the cell has been "
                            "checked for pieces the line does not know (on the buffer, a machine, "
                            "the robot).",
+    r.MACHINE_PIECE_MISSING: "CONFIRM: the piece is in the slot after all (the job goes on); "
+                             "PIECE_UNLOADED: it is on its buffer slot (the robot unloaded it; a "
+                             "finished cycle's step is done, an unfinished one is done again later); "
+                             "PIECE_REMOVED / SCRAP: the piece is out of the cell and counts as scrap.",
 }
 
 
@@ -128,7 +133,7 @@ def _find(evt: m.RecoveryCheck, ctx, open_tasks: dict) -> list[r.Inconsistency]:
 def _cell_records(db) -> dict:
     """What the buffer and dock checks compare with the PLC beside the job rows."""
     dock = db.dock_record()
-    return {"buffer_busy": db.buffer_slots_unsettled(),
+    return {"buffer_busy": db.buffer_slots_unsettled(), "machine_busy": db.machine_slots_unsettled(),
             "dock": None if dock is None else r.DockRecord(dock.pieces, dock.may_have_left)}
 
 
@@ -278,6 +283,30 @@ def outcome_unknown(db, task, finding: r.Inconsistency) -> int | None:
     if _repeat_if_safe(db, task, None):
         return None
     return ask(db, finding, {task.id: task})
+
+
+def piece_not_at_source(db, task, error_code: str) -> bool:
+    """An unload the PLC refused with SOURCE_EMPTY (nothing moved): the slot the
+    database says holds the piece is empty, so a RETRY cannot succeed. The job is
+    put back where the records had it, held, and the check's own question is
+    asked (where is the piece?), once. False (nothing done) for any other failure."""
+    if error_code != r.SOURCE_EMPTY or task.kind != ev.EQUIPMENT_TO_BUFFER:
+        return False
+    params = task.params or {}
+    job_id = (params.get("jobIds") or [None])[0]
+    before = (params.get("before") or {}).get(str(job_id))
+    job = db.job(job_id) if job_id is not None else None
+    if job is None or before is None or job.status in JOB_TERMINAL:
+        return False
+    if job.status in JOB_HELD:  # held meanwhile: back to its earlier status when released
+        job = restore_job(db, job.id, before, status=job.status, held_status=before["status"])
+    else:
+        job = restore_job(db, job.id, before, status="SUSPENDED", held_status=before["status"])
+    row = r.JobRow(job.id, job.status, job.position_type, job.position_ref_id, job.temp_slot_no)
+    finding = r.machine_piece_missing(row, task.equipment_id, task.slot_no, case=r.SOURCE_EMPTY,
+                                      task_id=task.id)
+    _ask_what_is_new(db, [finding], {})
+    return True
 
 
 def _hold(db, job_id):

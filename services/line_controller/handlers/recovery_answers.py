@@ -13,7 +13,7 @@ from shared.db.models import JOB_HELD, JOB_TERMINAL
 from .. import consistency_checks as r
 from ..dbstate import Rejected
 from ..job_lifecycle import mark_slot_done, scrap_job, take_out_again
-from ..task_outcomes import apply_task_success
+from ..task_outcomes import apply_task_success, unloaded
 
 
 def _still_held(db, job_id, resolving_id) -> bool:
@@ -56,7 +56,11 @@ def resolve_recovery(db, action, resolution: str) -> list:
             _empty_slot(db, action.equipment_id, context["slotNo"])
         if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
             _equipment_idle(db, action.equipment_id)
+        if action.kind == r.MACHINE_PIECE_MISSING:
+            _idle_unless_processing(db, action.equipment_id)
         return []
+    if action.kind == r.MACHINE_PIECE_MISSING and resolution == "PIECE_UNLOADED":
+        return _piece_unloaded(db, action, job_ids)
     if action.kind == r.TASK_OUTCOME_UNKNOWN:
         return _resolve_task(db, action, db.task(context["taskId"]), job_ids, resolution)
     if action.kind == r.MACHINE_IDLE_BUT_DB_RUNNING:
@@ -144,6 +148,41 @@ def _resolve_slot(db, action, job_ids, resolution):
     _empty_slot(db, action.equipment_id, slot_no)
     for job_id in job_ids:
         _release(db, action, job_id)
+
+
+def _piece_unloaded(db, action, job_ids) -> list:
+    """The piece the PLC does not see in its slot is on its own buffer slot: the
+    robot unloaded it and the record of that was lost. A cycle recorded done
+    (WAITING_UNLOAD): the unload's success applies (its step is done, it goes on
+    or leaves the cell); a cycle not recorded done: the step is done again later."""
+    requests = []
+    for job_id in job_ids:
+        job = db.job(job_id)
+        if job is None or job.status in JOB_TERMINAL:
+            continue
+        if job.status == "PAUSED" or _still_held(db, job.id, action.id):
+            raise Rejected("INVALID_TRANSITION", f"job {job.id} is held by its paused order or another "
+                           "recovery action: resume or resolve that first")
+        if job.temp_slot_no is None:
+            raise Rejected("INVALID_TRANSITION", f"job {job.id} has no buffer slot: PIECE_REMOVED or SCRAP")
+        done = (job.held_status or job.status) == "WAITING_UNLOAD"
+        # as a robot unload leaves it (MOVING, then on the buffer), or back in the queue
+        db.set_job_status(job.id, (job.status,), "MOVING" if done else "QUEUED", held_status=None)
+        moved = db.move_job_to_buffer(job.id)
+        if done:
+            requests += unloaded(db, moved)
+    _idle_unless_processing(db, action.equipment_id)
+    return requests
+
+
+def _idle_unless_processing(db, equipment_id):
+    """A machine the DB has RUNNING with no piece left in process on it is IDLE."""
+    if equipment_id is None:
+        return
+    jobs = [db.job(s.current_job_id) for s in db.slots(equipment_id)
+            if s.status == "OCCUPIED" and s.current_job_id is not None]
+    if not any(j is not None and "PROCESSING" in (j.status, j.held_status) for j in jobs):
+        _equipment_idle(db, equipment_id)
 
 
 def _scrap(db, job_id, action, resolution):

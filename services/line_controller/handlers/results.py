@@ -40,7 +40,7 @@ def failed(result: m.ActionFailed, ctx):
     if result.error_code == ev.OUTCOME_UNKNOWN:
         return _outcome_unknown(result, ctx)
     task = _conclude(result, ctx, error=(result.error_code, result.error_message))
-    if task is not None:
+    if task is not None and not recovery.piece_not_at_source(ctx.db, task, result.error_code):
         ctx.requests.extend(apply_task_failure(ctx.db, task, result.error_code,
                                                finished_at=result.finished_at))
 
