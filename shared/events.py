@@ -147,6 +147,7 @@ HW_ERROR_CODES = (
     "REJECTED",             # the request itself was invalid (unknown machine, slot, ...)
     NOT_SENT,               # never acknowledged by the PLC: nothing moved
     OUTCOME_UNKNOWN,        # acknowledged, then the PLC was lost: nobody knows
+    "PLC_IDENTITY_MISMATCH",  # a PLC answers, not the line's own (plc.identity): nothing sent to it
 )
 
 # -- line_controller → gateway --------------------------------------------------------

@@ -98,6 +98,11 @@ class PlcMap:
     dock_station: int
     buffer_station: int
     equipment: tuple[EquipmentRegisters, ...]
+    # ``plc.identity``: the identity the line's PLC must publish (PRODUCT.md, "PLC
+    # identity"); None: whatever it publishes is logged, not checked.
+    identity: str | None = None
+    # Where the identity block is (``plc.identityBlock.base``, default 0).
+    identity_base: int = 0
 
     def for_equipment(self, equipment_id: str) -> EquipmentRegisters:
         for e in self.equipment:
@@ -110,6 +115,8 @@ class PlcMap:
 
 
 # Block sizes (registers); the offsets inside are in services/hardware/plc.py.
+IDENTITY_BLOCK = 20
+IDENTITY_MAX = 32  # characters of plc.identity (16 registers, two ASCII characters each)
 ROBOT_BLOCK = 48
 DOCK_BLOCK = 4
 SIM_CONTROL_BLOCK = 16
@@ -130,6 +137,12 @@ class Layout:
     # ``opcua:`` — per device (Robot, Dock, Buffer, an equipment id), signal or method
     # name → NodeId string replacing the default of deploy/OPCUA_MAP.md.
     opcua_nodes: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
+
+    @property
+    def served_identity(self) -> str:
+        """What a simulator of this line publishes as its PLC's identity: the
+        layout's ``plc.identity``, else the line's id."""
+        return (self.plc.identity if self.plc is not None else None) or self.id
 
     def equipment_by_id(self, equipment_id: str) -> EquipmentSpec:
         for e in self.equipment:
@@ -296,6 +309,13 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
     sim_control_base = _address(control, "base", "plc.simControl") if control else 0
     if control:
         blocks.append(("plc.simControl", sim_control_base, SIM_CONTROL_BLOCK))
+    identity = _identity(data)
+    identity_block = data.get("identityBlock") or {}
+    if not isinstance(identity_block, dict):
+        raise LayoutError("plc.identityBlock: expected a mapping with a base address")
+    identity_base = _address(identity_block, "base", "plc.identityBlock") if identity_block else 0
+    # Always there (the hardware reads it at every connect, set or not); at 0 unless moved.
+    blocks.append(("plc.identityBlock", identity_base, IDENTITY_BLOCK))
     dock_station = _address(dock, "station", "plc.dock")
     buffer_station = _address(buffer, "station", "plc.buffer")
     stations = {dock_station: "plc.dock", buffer_station: "plc.buffer"}
@@ -316,8 +336,10 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
     blocks.sort(key=lambda b: b[1])
     for (name_a, base_a, size_a), (name_b, base_b, _size_b) in pairwise(blocks):
         if base_a + size_a > base_b:
+            hint = (" (the identity block is at 0 unless plc.identityBlock.base moves it)"
+                    if "plc.identityBlock" in (name_a, name_b) else "")
             raise LayoutError(f"{name_b}: register block at {base_b} overlaps {name_a}"
-                              f" ({base_a}..{base_a + size_a - 1})")
+                              f" ({base_a}..{base_a + size_a - 1}){hint}")
     if blocks[-1][1] + blocks[-1][2] > 65536:
         raise LayoutError(f"{blocks[-1][0]}: register block runs past address 65535")
     return PlcMap(
@@ -329,7 +351,24 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
         dock_station=dock_station,
         buffer_station=buffer_station,
         equipment=tuple(regs),
+        identity=identity,
+        identity_base=identity_base,
     )
+
+
+def _identity(data: dict) -> str | None:
+    """``plc.identity``: 1..32 printable ASCII characters (the PLC publishes it in
+    16 registers, or as the OPC UA ``Cell/Identity`` string)."""
+    if data.get("identity") is None:
+        return None
+    value = data["identity"]
+    if not isinstance(value, str) or not value:
+        raise LayoutError(f"plc.identity: expected a string of 1..{IDENTITY_MAX} characters, got {value!r}")
+    if len(value) > IDENTITY_MAX:
+        raise LayoutError(f"plc.identity: at most {IDENTITY_MAX} characters, got {len(value)} ({value!r})")
+    if not all(" " <= c <= "~" for c in value) or value != value.strip():
+        raise LayoutError(f"plc.identity: printable ASCII without leading or trailing spaces, got {value!r}")
+    return value
 
 
 # An OPC UA NodeId in its string form (OPC 10000-6 5.3.1.10): ns=<index> or
@@ -343,13 +382,13 @@ _OPCUA_NAME = re.compile(r"^(?:\.|[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)
 
 def parse_opcua_nodes(data, equipment: list[EquipmentSpec]) -> dict[str, dict[str, str]]:
     """The layout's ``opcua:`` NodeIds: ``{device: {name: nodeId}}`` with device
-    ``Robot``, ``Dock``, ``Buffer`` or an equipment id, name a signal or method
+    ``Cell``, ``Robot``, ``Dock``, ``Buffer`` or an equipment id, name a signal or method
     of deploy/OPCUA_MAP.md (``Slot2.Done``, ``Execute``; ``.`` the device object
     itself). Names are checked against the node map when the hardware service
     starts (services/hardware/opcua_map.py); here their form and the NodeIds."""
     if not isinstance(data, dict):
         raise LayoutError("opcua: expected a mapping of device → {name: NodeId}")
-    devices = {"Robot", "Dock", "Buffer", *(e.id for e in equipment)}
+    devices = {"Cell", "Robot", "Dock", "Buffer", *(e.id for e in equipment)}
     out: dict[str, dict[str, str]] = {}
     for device, names in data.items():
         where = f"opcua.{device}"

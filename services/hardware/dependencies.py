@@ -1,5 +1,8 @@
 """The hardware service's DependencyProvider: the PLC link, the robot queue,
 machine starts and the signal watcher, built once per container from config.
+Every link checks the PLC's identity on every connect before anything is sent
+(device/identity.py: the layout's ``plc.identity``, else the line's id for the
+simulator).
 
 Config keys (nameko config, all optional):
 
@@ -39,6 +42,7 @@ from services.hardware.action_requests import (
     MachineStart,
 )
 from services.hardware.device import PlcUnavailable, open_port
+from services.hardware.device.identity import IdentityCheck, expected_identity
 from services.hardware.robot import ActionRunner, RobotQueue
 from services.hardware.watcher import SignalWatcher
 from shared import events as ev
@@ -82,10 +86,13 @@ class LineHardware:
             raise ValueError("the line layout has no plc: register map (see deploy/REGISTER_MAP.md)")
         address = config.get("LINECTL_PLC_ADDRESS") or settings.plc_url
         timeout = float(config.get("LINECTL_HW_MODBUS_TIMEOUT", 2.0))
+        # Checked on every connect of every link, before anything is sent (PRODUCT.md, "PLC identity").
+        self.identity = IdentityCheck(expected_identity(self.layout, settings), self.layout.id, address)
         # Modbus: one link for the actions, one for the watcher (a poll never waits
         # behind a handshake). OPC UA: one session serves both (reads come from its
         # subscription), so the watcher shares the port.
-        self.port = open_port(address, self.layout, timeout=timeout, options=opcua_options(config, settings))
+        self.port = open_port(address, self.layout, timeout=timeout, options=opcua_options(config, settings),
+                              identity=self.identity)
         self.commands = CommandBuilder(self.layout)
         self.runner = ActionRunner(self.port, self.layout,
                                    float(config.get("LINECTL_HW_ACTION_TIMEOUT", 120.0)),
@@ -93,7 +100,8 @@ class LineHardware:
         self._dispatch = event_dispatcher(config)
         self.robot = RobotQueue(self.runner, self.publish)
         watcher_port = (self.port if self.port.protocol == "opcua"
-                        else open_port(address, self.layout, timeout=timeout, poll_interval=WATCH_POLL_INTERVAL))
+                        else open_port(address, self.layout, timeout=timeout, poll_interval=WATCH_POLL_INTERVAL,
+                                       identity=self.identity))
         self.watcher = SignalWatcher(watcher_port, self.layout)
         self._spawn = spawn
         self.stop_grace = float(config.get("LINECTL_HW_STOP_GRACE", 25.0))
@@ -247,7 +255,10 @@ class LineHardware:
         and why it is not reached) and the action histograms."""
         connected = bool(self.watcher.connected)
         return {"plcConnected": connected, "plcAddress": self.port.address,
-                "plcError": None if connected else self.watcher.error, "actions": self.durations.snapshot()}
+                "plcError": None if connected else self.watcher.error,
+                # what the PLC at the address last said it is (None: not read yet, or it publishes none)
+                "plcIdentity": self.identity.found, "plcIdentityExpected": self.identity.expected,
+                "actions": self.durations.snapshot()}
 
     def close(self) -> None:
         self.port.close()

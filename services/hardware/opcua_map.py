@@ -29,6 +29,9 @@ from shared.layout import Layout, LayoutError
 NAMESPACE_URI = "urn:linectl:cell"
 
 ROBOT, DOCK, BUFFER, SIM_CONTROL = "Robot", "Dock", "Buffer", "SimControl"
+# The cell object: what the PLC says about itself (its identity, read on every connect).
+CELL = "Cell"
+IDENTITY = f"{CELL}.Identity"
 
 # OPC 40001-1 MachineryItemState_StateMachineType: the states a machine shows.
 MACHINERY_NOT_EXECUTING = "NotExecuting"
@@ -67,6 +70,7 @@ class Method:
     outputs: tuple[tuple[str, str], ...]
 
 
+CELL_SIGNALS = (("Identity", STRING),)
 ROBOT_SIGNALS = (("Fault", UINT16), ("AckId", UINT16), ("State", UINT16), ("DoneId", UINT16),
                  ("ErrorCode", UINT16), ("ScanText", STRING))
 DOCK_SIGNALS = (("Pieces", UINT16), ("Arrivals", UINT16))
@@ -107,7 +111,8 @@ def slot_name(slot_no: int) -> str:
 
 def signals(layout: Layout) -> list[Signal]:
     """Every variable of the cell, in a stable order."""
-    out = [Signal(f"{ROBOT}.{n}", ROBOT, (n,), t) for n, t in ROBOT_SIGNALS]
+    out = [Signal(f"{CELL}.{n}", CELL, (n,), t) for n, t in CELL_SIGNALS]
+    out += [Signal(f"{ROBOT}.{n}", ROBOT, (n,), t) for n, t in ROBOT_SIGNALS]
     out += [Signal(f"{DOCK}.{n}", DOCK, (n,), t) for n, t in DOCK_SIGNALS]
     out += [Signal(f"{BUFFER}.{slot_name(i)}", BUFFER, (slot_name(i),), BOOLEAN)
             for i in range(1, layout.buffer_slots + 1)]
@@ -127,7 +132,7 @@ def methods(layout: Layout) -> list[Method]:
 
 
 def devices(layout: Layout) -> list[str]:
-    return [ROBOT, DOCK, BUFFER, *(e.id for e in layout.equipment)]
+    return [CELL, ROBOT, DOCK, BUFFER, *(e.id for e in layout.equipment)]
 
 
 def default_node_id(key: str) -> str:

@@ -16,6 +16,13 @@ from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOEx
 
 from services.hardware.device.port import PlcUnavailable  # re-exported: older imports name it here
 
+# -- identity block (plc.identityBlock.base + offset, 20 registers; PLC, read-only) --
+I_MAP_VERSION = 0   # the register map's version the PLC serves (MAP_VERSION); 0: no identity block
+I_IDENTITY = 1      # the PLC's identity, 16 registers, 2 ASCII chars each (high byte first), NUL-padded
+IDENTITY_REGISTERS = 16
+# offsets 17..19 reserved (0)
+MAP_VERSION = 1     # deploy/REGISTER_MAP.md as of its identity block
+
 # -- robot block (robot_base + offset) -------------------------------------------
 R_CMD_ID = 0        # host writes last: the action id (1..65535) strobes the command
 R_CMD_CODE = 1
@@ -130,8 +137,12 @@ class PlcLink:
     the watcher. Exchanges are serialised by a lock (one request in flight);
     a failed exchange closes the socket and the next one reconnects."""
 
-    def __init__(self, host: str, port: int, unit_id: int = 1, timeout: float = 2.0):
+    def __init__(self, host: str, port: int, unit_id: int = 1, timeout: float = 2.0, on_connect=None):
         self.host, self.port, self.unit_id, self.timeout = host, port, unit_id, timeout
+        # ``on_connect(read)``: called on every new connection before it serves any
+        # request (``read(address, count)`` reads on it); raising refuses the connection
+        # (the hardware's identity check: nothing is written to a PLC before it passes).
+        self.on_connect = on_connect
         self._client: ModbusTcpClient | None = None
         self._lock = threading.Lock()  # green under eventlet: a semaphore between greenthreads
 
@@ -155,26 +166,41 @@ class PlcLink:
                 client.close()
                 raise PlcUnavailable("CONNECTION_REFUSED", f"no PLC answers at {self.address}")
             self._client = client
+            if self.on_connect is not None:
+                try:
+                    self.on_connect(self._read_unlocked)
+                except BaseException:
+                    self._drop()  # refused: the next request connects (and checks) again
+                    raise
         return self._client
 
     def _exchange(self, fn):
         with self._lock:
-            try:
-                response = fn(self._connected_client())
-            except PlcUnavailable:
-                raise
-            except ModbusIOException as exc:
-                self._drop()
-                raise self._classify(exc) from None
-            except (ConnectionException, OSError) as exc:
-                self._drop()
-                raise PlcUnavailable("CONNECTION_REFUSED", f"PLC at {self.address}: {exc}") from None
-            except ModbusException as exc:
-                self._drop()
-                raise PlcUnavailable("MODBUS_TIMEOUT", f"PLC at {self.address}: {exc}") from None
-            if response.isError():
-                raise PlcUnavailable("PLC_ERROR", f"PLC at {self.address} answered {response}")
-            return response
+            return self._exchange_unlocked(fn)
+
+    def _read_unlocked(self, address: int, count: int) -> list[int]:
+        """A read on the connection being made (the lock is held)."""
+        response = self._exchange_unlocked(
+            lambda c: c.read_holding_registers(address, count=count, device_id=self.unit_id))
+        return list(response.registers)
+
+    def _exchange_unlocked(self, fn):
+        try:
+            response = fn(self._connected_client())
+        except PlcUnavailable:
+            raise
+        except ModbusIOException as exc:
+            self._drop()
+            raise self._classify(exc) from None
+        except (ConnectionException, OSError) as exc:
+            self._drop()
+            raise PlcUnavailable("CONNECTION_REFUSED", f"PLC at {self.address}: {exc}") from None
+        except ModbusException as exc:
+            self._drop()
+            raise PlcUnavailable("MODBUS_TIMEOUT", f"PLC at {self.address}: {exc}") from None
+        if response.isError():
+            raise PlcUnavailable("PLC_ERROR", f"PLC at {self.address} answered {response}")
+        return response
 
     def _classify(self, exc: Exception) -> PlcUnavailable:
         text = str(exc).lower()

@@ -19,7 +19,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.hardware.device import DevicePort, PlcUnavailable
+from services.hardware.device import PLC_IDENTITY_MISMATCH, DevicePort, PlcUnavailable
 from services.hardware.device.modbus import read_state  # noqa: F401 (the Modbus picture, named here before)
 from shared import events as ev
 from shared.layout import Layout
@@ -38,6 +38,7 @@ class SignalWatcher:
         self.layout = layout
         self.connected: bool | None = None  # unknown until the first poll
         self.error: str | None = None  # why the PLC is not reached, as last told
+        self._mismatch = False  # not reached because another PLC answers (PLC_IDENTITY_MISMATCH)
         # (done, jobId) per slot as last seen: a new piece done on the same slot is an
         # edge even when unload, load and its whole cycle fell between two polls.
         self._done: dict[tuple[str, int], tuple[bool, int | None]] = {}
@@ -67,17 +68,23 @@ class SignalWatcher:
 
     def _lost(self, exc: PlcUnavailable) -> list[Signal]:
         self.error = exc.message
-        if self.connected is False:
+        # Another PLC at the address is news even while the line's own is away
+        # (and its going is news too): the alarm says which it is.
+        mismatch = exc.code == PLC_IDENTITY_MISMATCH
+        if self.connected is False and mismatch == self._mismatch:
             return []
-        self.connected = False
-        log.warning("PLC connection lost: %s", exc.message)
-        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:200],
+        self.connected, self._mismatch = False, mismatch
+        if mismatch:
+            log.error("PLC refused: %s", exc.message)
+        else:
+            log.warning("PLC connection lost: %s", exc.message)
+        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:300], "errorCode": exc.code,
                                      "observedAt": self._stamp(None)})]
 
     def _edges(self, state: dict[str, Any]) -> list[Signal]:
         signals: list[Signal] = []
         if self.connected is not True:
-            self.connected, self.error = True, None
+            self.connected, self.error, self._mismatch = True, None, False
             log.info("PLC connected at %s", self.port.address)
             # with what the PLC holds now: the line_controller checks it against its
             # records (a PLC that restarted forgot its cycles)

@@ -10,7 +10,8 @@ The cell is small: a robot whose moves take the map's durations, a dock that
 gets pallets, a buffer table, and machines whose cycles run on asyncio timers
 (batch machines all started slots at once, the others one slot after another).
 Faults are Python methods, not registers: this PLC has no simulator control
-block.
+block. It publishes its identity in the identity block (the line's, unless
+told another, or none).
 
 What it shares with the product's simulator is the socket plumbing only:
 services/hardware/sim/modbus_transport.py serves a register image over Modbus
@@ -30,6 +31,15 @@ from services.hardware.sim.modbus_transport import ModbusTransport
 from shared.layout import EquipmentRegisters, EquipmentSpec, Layout
 
 log = logging.getLogger(__name__)
+
+
+class Identity:
+    """Identity block (REGISTER_MAP.md, "Identity block"): at ``plc.identityBlock.base``
+    (0 by default), 20 registers, read-only."""
+
+    SIZE = 20
+    MAP_VERSION, IDENTITY, IDENTITY_LEN = 0, 1, 16
+    VERSION = 1  # the map's version, as the document states it
 
 
 class Robot:
@@ -89,7 +99,8 @@ class Cell:
 
 class RegisterMapPlc(ModbusTransport):
     def __init__(self, layout: Layout, host: str, port: int, speed: float = 200.0, scrap_rate: float = 0.0,
-                 *, pallet_size: int = 4, pallet_seconds: float = 30.0, seed: int | None = None):
+                 *, pallet_size: int = 4, pallet_seconds: float = 30.0, seed: int | None = None,
+                 identity: str | None = ""):
         if layout.plc is None:
             raise ValueError("the layout has no plc: register map")
         super().__init__(host, port)
@@ -99,9 +110,14 @@ class RegisterMapPlc(ModbusTransport):
         self.rng = random.Random(seed)
         self.marks: list[tuple[int, str]] = []  # (buffer slot, text) of every MARK made
         self.cells = {e.equipment_id: Cell(e, layout.equipment_by_id(e.equipment_id)) for e in self.map.equipment}
-        ends = [self.map.robot_base + Robot.SIZE, self.map.dock_base + Dock.SIZE,
+        ends = [self.map.identity_base + Identity.SIZE, self.map.robot_base + Robot.SIZE,
+                self.map.dock_base + Dock.SIZE,
                 self.map.buffer_base + layout.buffer_slots] + [e.base + e.size for e in self.map.equipment]
         self.regs = [0] * max(ends)  # the whole register image, host and PLC registers alike
+        # What it says it is: "" (the default) the line's, as the layout expects it
+        # (plc.identity, else line.id); None: a PLC without the identity block.
+        self.identity = (layout.plc.identity or layout.id) if identity == "" else identity
+        self._write_identity()
         # the action being executed: (action id, code, the command registers as strobed);
         # latched, as a PLC does, so a host writing the next command early changes nothing
         self._robot_action: tuple[int, int, list[int]] | None = None
@@ -144,13 +160,17 @@ class RegisterMapPlc(ModbusTransport):
         """Every fault and the emergency stop gone; hung cycles end now."""
         self._on_loop(self._clear)
 
-    def restart(self, seconds: float) -> None:
+    def restart(self, seconds: float, identity: str | None = "") -> None:
         """Restart: every connection dropped, none accepted for ``seconds``, then
         back with the registers of a PLC that just started; pieces kept. Returns
-        once the connections are dropped."""
+        once the connections are dropped. ``identity`` (given): it comes back as
+        that PLC (None: one without the identity block)."""
 
         async def go():
             self._reset_registers()
+            if identity != "":
+                self.identity = identity
+                self._write_identity()
             await self.drop_connections(seconds)
 
         asyncio.run_coroutine_threadsafe(go(), self._loop).result(10.0)
@@ -161,6 +181,7 @@ class RegisterMapPlc(ModbusTransport):
         if set_values is not None:
             self.regs[address:address + len(set_values)] = [int(v) for v in set_values]
             self._on_write(range(address, address + len(set_values)))
+            self._write_identity()  # the block is read-only: a write to it changes nothing
         registers[:] = self.regs[start_address:start_address + len(registers)]
         return None
 
@@ -175,6 +196,18 @@ class RegisterMapPlc(ModbusTransport):
 
     def _set_u32(self, address: int, value: int) -> None:
         self.regs[address], self.regs[address + 1] = (value >> 16) & 0xFFFF, value & 0xFFFF
+
+    def _write_identity(self) -> None:
+        """MAP_VERSION, then the identity as ASCII, two characters a register, high
+        byte first, NUL-padded; all 0 for a PLC without the block."""
+        base = self.map.identity_base
+        block = [0] * Identity.SIZE
+        if self.identity is not None:
+            raw = self.identity.encode("ascii").ljust(2 * Identity.IDENTITY_LEN, b"\0")
+            block[Identity.MAP_VERSION] = Identity.VERSION
+            for i in range(Identity.IDENTITY_LEN):
+                block[Identity.IDENTITY + i] = (raw[2 * i] << 8) | raw[2 * i + 1]
+        self.regs[base:base + Identity.SIZE] = block
 
     # -- dock and buffer -------------------------------------------------------
 

@@ -14,7 +14,15 @@ from typing import Any
 import eventlet
 
 from services.hardware import plc as P
-from services.hardware.device.port import LINK_ERRORS, DevicePort, MachineAnswer, PlcUnavailable, RobotStatus
+from services.hardware.device.identity import IdentityCheck
+from services.hardware.device.port import (
+    LINK_ERRORS,
+    PLC_IDENTITY_MISMATCH,
+    DevicePort,
+    MachineAnswer,
+    PlcUnavailable,
+    RobotStatus,
+)
 from services.hardware.plc import PlcLink
 from shared.layout import Layout
 
@@ -22,13 +30,21 @@ from shared.layout import Layout
 class ModbusPort(DevicePort):
     protocol = "modbus"
 
-    def __init__(self, link: PlcLink, layout: Layout, poll_interval: float = 0.1):
+    def __init__(self, link: PlcLink, layout: Layout, poll_interval: float = 0.1,
+                 identity: IdentityCheck | None = None):
         if layout.plc is None:
             raise ValueError("the line layout has no plc: register map (see deploy/REGISTER_MAP.md)")
         self.link = link
         self.layout = layout
         self.map = layout.plc
         self.poll_interval = poll_interval
+        self.identity = identity
+        if identity is not None:  # every connection is checked before it serves a request
+            link.on_connect = self._check_identity
+
+    def _check_identity(self, read) -> None:
+        identity, version = read_identity(read, self.map.identity_base)
+        self.identity.check(identity, version)
 
     @property
     def address(self) -> str:
@@ -54,7 +70,8 @@ class ModbusPort(DevicePort):
         try:
             self.link.write(address, [action_id])
         except PlcUnavailable as exc:
-            if exc.code not in LINK_ERRORS:
+            # Another PLC's identity is refused before the write goes out: not sent.
+            if exc.code not in LINK_ERRORS or exc.code == PLC_IDENTITY_MISMATCH:
                 raise
             return False
         return True
@@ -94,6 +111,22 @@ class ModbusPort(DevicePort):
 
     def close(self) -> None:
         self.link.close()
+
+
+def read_identity(read, base: int) -> tuple[str | None, int | None]:
+    """(identity, map version) from the identity block at ``base``; (None, …) for
+    a PLC without one (its MAP_VERSION 0, or the registers refused)."""
+    try:
+        block = read(base + P.I_MAP_VERSION, 1 + P.IDENTITY_REGISTERS)
+    except PlcUnavailable as exc:
+        if exc.code != "PLC_ERROR":  # the link: raised as any failed request
+            raise
+        return None, None  # an exception answer (no such registers): no identity block
+    version = block[P.I_MAP_VERSION]
+    if not version:
+        return None, 0
+    text = P.decode_text(block[P.I_IDENTITY:P.I_IDENTITY + P.IDENTITY_REGISTERS])
+    return text, version
 
 
 def read_state(link: PlcLink, layout: Layout) -> dict[str, Any]:

@@ -31,9 +31,11 @@ from urllib.parse import urlsplit
 
 import eventlet
 import eventlet.event
+from asyncua import ua
 
 from services.hardware import opcua_map as M
 from services.hardware.device.asyncio_bridge import CallFailed, LoopClosed, LoopThread, NoAnswer
+from services.hardware.device.identity import IdentityCheck
 from services.hardware.device.opcua_errors import ProblemLog, quiet_asyncua_echoes, why_no_session
 from services.hardware.device.opcua_session import (
     CONNECT_TIMEOUTS,
@@ -47,7 +49,14 @@ from services.hardware.device.opcua_session import (
     variants,
 )
 from services.hardware.device.opcua_values import ValueCopy, robot_status, watched_keys
-from services.hardware.device.port import DevicePort, MachineAnswer, PlcUnavailable, RobotBusy, RobotStatus
+from services.hardware.device.port import (
+    PLC_IDENTITY_MISMATCH,
+    DevicePort,
+    MachineAnswer,
+    PlcUnavailable,
+    RobotBusy,
+    RobotStatus,
+)
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -71,7 +80,7 @@ class OpcUaPort(DevicePort):
     protocol = "opcua"
 
     def __init__(self, url: str, layout: Layout, timeout: float = 2.0, options: dict | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, identity: IdentityCheck | None = None):
         if layout.plc is None:
             raise ValueError("the line layout has no plc: map (stations and devices, see deploy/OPCUA_MAP.md)")
         self.url = parse_url(url)
@@ -84,6 +93,7 @@ class OpcUaPort(DevicePort):
         self.security = security
         if security != "none" and not (self.options.get("user") and self.options.get("password")):
             raise ValueError("OPC UA sign-and-encrypt needs LINECTL_OPCUA_USER and LINECTL_OPCUA_PASSWORD")
+        self.identity = identity  # checked on every session, before anything else (device/identity.py)
         self.node_ids = M.node_ids(layout)  # LayoutError for an unknown name in the layout's opcua:
         self._watched = watched_keys(layout)
         self._copy = ValueCopy(layout, f"no OPC UA session with {self.url} yet")
@@ -133,7 +143,7 @@ class OpcUaPort(DevicePort):
     async def _supervise(self) -> None:
         delay = BACKOFF_FIRST
         while not self._stop.is_set():
-            client = None
+            client, code = None, "CONNECTION_REFUSED"
             try:
                 client, lost = await self._open_session()
                 self.problems.opened()
@@ -144,10 +154,12 @@ class OpcUaPort(DevicePort):
                 stop.cancel()
                 gone.cancel()
                 message = f"OPC UA session with {self.url} lost: {lost.reason if lost.is_set() else 'closed'}"
-            except Exception as exc:  # refused, timed out, rejected credentials, …
+            except Exception as exc:  # refused, timed out, rejected credentials, another PLC, …
                 level, message = await why_no_session(exc, self.url, self.timeout, self._credentials, self.options)
                 self.problems.failed(level, message)
-            self._mark_lost(message[:300])
+                if isinstance(exc, PlcUnavailable) and exc.code == PLC_IDENTITY_MISMATCH:
+                    code = exc.code
+            self._mark_lost(message[:300], code)
             if client is not None:
                 await disconnect(client)
             if self._stop.is_set():
@@ -167,6 +179,8 @@ class OpcUaPort(DevicePort):
         client, lost = await connect(self.url, self.timeout, self._credentials)
         try:
             namespaces = await client.get_namespace_array()
+            if self.identity is not None:  # before any other request: another PLC gets none
+                self.identity.check(await self._read_identity(client, namespaces))
             self._namespaces = namespaces
             nodes = {key: client.get_node(resolve(self.node_ids[key], namespaces))
                      for key in [*self._watched, *M.devices(self.layout), *(m.key for m in M.methods(self.layout))]}
@@ -185,6 +199,19 @@ class OpcUaPort(DevicePort):
             raise
         return client, lost
 
+    async def _read_identity(self, client, namespaces: list[str]) -> str | None:
+        """``Cell/Identity`` (or the layout's NodeId for it); None for a server
+        without it (no such namespace or node, or not a string)."""
+        try:
+            node = client.get_node(resolve(self.node_ids[M.IDENTITY], namespaces))
+        except PlcUnavailable:  # no namespace of the map: not this map's PLC at all
+            return None
+        try:
+            value = await node.read_value()
+        except ua.UaStatusCodeError:  # BadNodeIdUnknown and the like: no identity published
+            return None
+        return value if isinstance(value, str) else None
+
     def _on_value(self, node_id, value) -> None:
         """One data-change notification (in the driver's thread)."""
         key = self._key_of.get(node_id)
@@ -196,8 +223,8 @@ class OpcUaPort(DevicePort):
         if self._copy.close_batch():
             self._bridge.post(self._wake_watchers)
 
-    def _mark_lost(self, message: str) -> None:
-        was = self._copy.session_lost(message)
+    def _mark_lost(self, message: str, code: str = "CONNECTION_REFUSED") -> None:
+        was = self._copy.session_lost(message, code)
         self._client = None
         if was:
             self._say(logging.WARNING, "%s", message)
@@ -253,7 +280,7 @@ class OpcUaPort(DevicePort):
         out). A link failure before the call went out is raised."""
         client = self._client
         if client is None or not self._connected:
-            raise PlcUnavailable("CONNECTION_REFUSED", self._copy.error)
+            raise self._copy.failure()
         obj, method = self._nodes[device_key], self._nodes[method_key].nodeid
         inputs = variants(args)
         try:
@@ -270,7 +297,7 @@ class OpcUaPort(DevicePort):
         self._require_session()
         client, namespaces = self._client, self._namespaces
         if client is None:
-            raise PlcUnavailable("CONNECTION_REFUSED", self._copy.error)
+            raise self._copy.failure()
         obj = client.get_node(resolve(object_node_id, namespaces))
         method = resolve(method_node_id, namespaces)
         inputs = variants(args)
@@ -327,9 +354,9 @@ class OpcUaPort(DevicePort):
             except PlcUnavailable:
                 pass
         self._changed = eventlet.event.Event()  # before draining: a later change wakes the next wait
-        changes, connected, error = self._copy.drain()
+        changes, connected, _error = self._copy.drain()
         if not changes and not connected:  # still away: why, now (the watcher and /readyz say it)
-            raise PlcUnavailable("CONNECTION_REFUSED", error)
+            raise self._copy.failure()
         if not changes and not self._delivered_any:
             changes = [self.read_state()]
         self._delivered_any = self._delivered_any or any(isinstance(c, dict) for c in changes)

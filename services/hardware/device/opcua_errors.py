@@ -26,7 +26,7 @@ from asyncua.crypto import security_policies
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from services.hardware.device.port import PlcUnavailable
+from services.hardware.device.port import PLC_IDENTITY_MISMATCH, PlcUnavailable
 
 REPEAT_EVERY = 60.0  # seconds between two lines of the same problem
 
@@ -108,6 +108,8 @@ def explain(exc: BaseException, url: str, credentials: dict[str, Any] | None,
         if isinstance(exc, ua.UaError) and "No matching endpoints" in str(exc):
             return logging.ERROR, (f"the OPC UA server at {url} offers no Basic256Sha256 SignAndEncrypt "
                                    "endpoint: check LINECTL_OPCUA_SECURITY and the PLC's security settings")
+    if isinstance(exc, PlcUnavailable) and exc.code == PLC_IDENTITY_MISMATCH:
+        return logging.ERROR, exc.message[:300]  # names the line, the address, what was expected and found
     if isinstance(exc, PlcUnavailable):
         return logging.ERROR, f"no OPC UA session with {url}: {exc.message}"[:300]
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else name

@@ -43,6 +43,7 @@ class ValueCopy:
         self.connected = False
         self.ever_connected = False
         self.error = first_error
+        self.error_code = "CONNECTION_REFUSED"  # or PLC_IDENTITY_MISMATCH: why no session is up
         self.pictures: collections.deque = collections.deque(maxlen=MAX_PENDING_PICTURES)
         self._batch: set[str] = set()  # keys changed since the last picture
         self._picture_due = False
@@ -84,15 +85,21 @@ class ValueCopy:
             self.pictures.append(self._picture_locked())
             return True
 
-    def session_lost(self, message: str) -> bool:
-        """No session any more; True when there was one (the watcher gets the loss)."""
+    def session_lost(self, message: str, code: str = "CONNECTION_REFUSED") -> bool:
+        """No session any more (or none opened: ``code`` says why); True when there
+        was one (the watcher gets the loss)."""
         with self.lock:
             was = self.connected
             self.connected = False
-            self.error = message
+            self.error, self.error_code = message, code
             if was:
                 self.pictures.append(PlcUnavailable("CONNECTION_REFUSED", message))
             return was
+
+    def failure(self) -> PlcUnavailable:
+        """Why no session is up, as the port raises it."""
+        with self.lock:
+            return PlcUnavailable(self.error_code, self.error)
 
     # -- green threads ------------------------------------------------------------
 
@@ -100,13 +107,13 @@ class ValueCopy:
         """The values now, or a link failure when no session is up."""
         with self.lock:
             if not self.connected:
-                raise PlcUnavailable("CONNECTION_REFUSED", self.error)
+                raise PlcUnavailable(self.error_code, self.error)
             return dict(self.values)
 
     def picture(self) -> dict[str, Any]:
         with self.lock:
             if not self.connected:
-                raise PlcUnavailable("CONNECTION_REFUSED", self.error)
+                raise PlcUnavailable(self.error_code, self.error)
             return self._picture_locked()
 
     def drain(self) -> tuple[list[dict[str, Any] | PlcUnavailable], bool, str]:

@@ -21,9 +21,12 @@ import eventlet
 
 from shared.errors import CodedError
 
+# A PLC answers at the address, but not the line's own (device/identity.py).
+PLC_IDENTITY_MISMATCH = "PLC_IDENTITY_MISMATCH"
 # The link failures after which the PLC may come back: an action they interrupt
-# is not failed yet (see ActionRunner._handshake).
-LINK_ERRORS = ("CONNECTION_REFUSED", "MODBUS_TIMEOUT")
+# is not failed yet (see ActionRunner._handshake). A PLC of another identity is
+# no link to the line's own: nothing was sent to it, and the right one may answer.
+LINK_ERRORS = ("CONNECTION_REFUSED", "MODBUS_TIMEOUT", PLC_IDENTITY_MISMATCH)
 
 
 class PlcUnavailable(CodedError):

@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.hardware import plc as P
-from shared.layout import DOCK_BLOCK, ROBOT_BLOCK, SIM_CONTROL_BLOCK, EquipmentRegisters, Layout
+from shared.layout import (
+    DOCK_BLOCK,
+    IDENTITY_BLOCK,
+    ROBOT_BLOCK,
+    SIM_CONTROL_BLOCK,
+    EquipmentRegisters,
+    Layout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +49,32 @@ class CellBase:
         self.clock = clock
         self.t0 = clock()
         self.rng = random.Random(options.seed)
-        ends = [self.map.robot_base + ROBOT_BLOCK, self.map.dock_base + DOCK_BLOCK,
+        ends = [self.map.identity_base + IDENTITY_BLOCK, self.map.robot_base + ROBOT_BLOCK,
+                self.map.dock_base + DOCK_BLOCK,
                 self.map.buffer_base + layout.buffer_slots, self.map.sim_control_base + SIM_CONTROL_BLOCK]
         ends += [e.base + e.size for e in self.map.equipment]
         self.mem = [0] * max(ends)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
+        self.identity = ""
+        self.serve_identity(layout.served_identity)
+
+    # -- identity ----------------------------------------------------------------
+
+    def serve_identity(self, identity: str) -> None:
+        """Publish ``identity`` in the identity block (deploy/REGISTER_MAP.md); the
+        OPC UA server shows the same as ``Cell/Identity``."""
+        self.identity = identity
+        self._write_identity()
+
+    def _write_identity(self) -> None:
+        """The identity block as the PLC holds it (read-only: a host's write to it
+        is answered, and changes nothing)."""
+        b = self.map.identity_base
+        self.mem[b:b + IDENTITY_BLOCK] = [0] * IDENTITY_BLOCK
+        self.mem[b + P.I_MAP_VERSION] = P.MAP_VERSION
+        text = P.encode_text(self.identity)
+        self.mem[b + P.I_IDENTITY:b + P.I_IDENTITY + P.IDENTITY_REGISTERS] = text
 
     # -- time ------------------------------------------------------------------
 

@@ -61,19 +61,22 @@ class SimulatorCore(LoopServer):
         log.info("sim: dropping every connection for %.2fs (injected)", seconds)
         await self.drop_connections(seconds)
 
-    async def _restart(self, seconds: float) -> None:
+    async def _restart(self, seconds: float, identity: str | None = None) -> None:
         log.info("sim: PLC restart, down for %.2fs (injected)", seconds)
         self.model.restart_registers()
+        if identity is not None:  # another PLC at this address now (a swapped cable, another program)
+            self.model.serve_identity(identity)
         await self.drop_connections(seconds)
 
     # -- the same injections in-process, named as tests/support/register_map_plc.py
     # names them, so a test can drive either PLC; they run on the server's loop
 
-    def restart(self, seconds: float, timeout: float = 10.0) -> None:
+    def restart(self, seconds: float, timeout: float = 10.0, identity: str | None = None) -> None:
         """Restart as a PLC does, from the test's side: returns once every connection
         is dropped; new ones are refused for ``seconds``, then the registers are
-        those of deploy/REGISTER_MAP.md "PLC restart"."""
-        asyncio.run_coroutine_threadsafe(self._restart(seconds), self._loop).result(timeout)
+        those of deploy/REGISTER_MAP.md "PLC restart". ``identity``: it comes back
+        as that PLC (deploy/REGISTER_MAP.md, "Identity block")."""
+        asyncio.run_coroutine_threadsafe(self._restart(seconds, identity), self._loop).result(timeout)
 
     def fault(self, equipment_id: str) -> None:
         """The machine faults now (FAULT = 6, running cycles abort), as FAULT_STATION."""

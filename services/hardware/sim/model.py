@@ -23,7 +23,7 @@ from services.hardware.sim.faults import MACHINE_FAULT, FaultInjection
 from services.hardware.sim.machines import MachineCycles
 from services.hardware.sim.moves import CellMoves
 from services.hardware.sim.robot import ROBOT_SECONDS, RobotHandshake
-from shared.layout import SIM_CONTROL_BLOCK, Layout
+from shared.layout import IDENTITY_BLOCK, SIM_CONTROL_BLOCK, Layout
 
 __all__ = ["MACHINE_FAULT", "ROBOT_SECONDS", "LineModel", "SimOptions"]
 
@@ -45,6 +45,9 @@ class LineModel(RobotHandshake, CellMoves, MachineCycles, FaultInjection):
         for i, v in enumerate(values):
             self.mem[address + i] = int(v)
         touched = range(address, address + len(values))
+        identity = self.map.identity_base
+        if identity < touched.stop and touched.start < identity + IDENTITY_BLOCK:
+            self._write_identity()  # read-only
         if self.map.robot_base + P.R_CMD_ID in touched:
             self._robot_command()
         for e in self.map.equipment:

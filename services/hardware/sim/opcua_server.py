@@ -133,6 +133,7 @@ class OpcUaLineSimulator(SimulatorCore):
         mem, m = self.model.mem, self.model.map
         r = m.robot_base
         v: dict[str, object] = {
+            M.IDENTITY: self.model.identity,
             "Robot.Fault": mem[r + P.R_FAULT], "Robot.AckId": mem[r + P.R_ACK_ID],
             "Robot.State": mem[r + P.R_STATE], "Robot.DoneId": mem[r + P.R_DONE_ID],
             "Robot.ErrorCode": mem[r + P.R_ERROR_CODE],
