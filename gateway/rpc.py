@@ -5,6 +5,12 @@ client per call costs a connection and a reply queue each time; so each thread
 borrows a started client from a pool (``shared.rpc.RpcClientPool``) and gives
 it back. A client whose call failed on the transport is dropped, not reused.
 
+Every way a call can fail because the transport or its database went away is a
+503 ``UNAVAILABLE`` (a failover's commands answer so, never 500): a connection
+lost while publishing or waiting, a reply consumer found disconnected when the
+wait begins (``shared.rpc.ReplyConsumerLost``), a publish the server refused
+(a server turned standby; a broker's nack), a reply that never came.
+
 Requests carry a broker expiration equal to the RPC timeout
 (``shared.rpc.ExpiringClusterRpcProxy``): a command the gateway already
 answered 503 for (the line_controller was down) is dropped by the broker
@@ -19,6 +25,7 @@ from contextlib import contextmanager
 import amqp.exceptions
 import kombu.exceptions
 import psycopg2
+import psycopg2.errors
 from nameko.exceptions import RemoteError, RpcTimeout, UnknownService
 
 from gateway.errors import ApiError
@@ -27,9 +34,13 @@ from shared.rpc import PoolExhausted, RpcClientPool
 log = logging.getLogger(__name__)
 
 # A client's connection to the message transport broke (RabbitMQ or PostgreSQL
-# restarted, a network cut): the client is dropped and the call may be retried.
+# restarted, failed over, a network cut), or the server refused a publish for it:
+# the client is dropped and the call may be retried. ``OSError`` covers
+# ``shared.rpc.ReplyConsumerLost``.
 TRANSPORT_LOST = (OSError, ConnectionError, psycopg2.OperationalError, psycopg2.InterfaceError,
-                  amqp.exceptions.ConnectionError, kombu.exceptions.OperationalError)
+                  psycopg2.errors.ReadOnlySqlTransaction,
+                  amqp.exceptions.ConnectionError, amqp.exceptions.MessageNacked,
+                  kombu.exceptions.OperationalError)
 
 
 class TransportLost(ApiError):

@@ -20,9 +20,41 @@ from contextlib import contextmanager
 
 from nameko.exceptions import RemoteError
 from nameko.rpc import ServiceProxy
-from nameko.standalone.rpc import ClusterProxy, ClusterRpcProxy, StandaloneProxyBase
+from nameko.standalone.rpc import (
+    ClusterProxy,
+    ClusterRpcProxy,
+    ConsumeEvent,
+    SingleThreadedReplyListener,
+    StandaloneProxyBase,
+)
 
 log = logging.getLogger(__name__)
+
+
+class ReplyConsumerLost(ConnectionError):
+    """The client's reply consumer lost its transport connection (or was stopped)
+    before the reply came: a failover or a broker restart while the request was on
+    its way. nameko 2.14 raises a bare ``RuntimeError`` for it; this is a lost
+    connection like any other (an ``OSError``), so callers treat it as one."""
+
+
+class _ReplyEvent(ConsumeEvent):
+    def wait(self):
+        # nameko's own checks, raising a connection error instead of RuntimeError.
+        if self.exception is None:
+            consumer = self.queue_consumer
+            if consumer.stopped:
+                raise ReplyConsumerLost("the RPC client's reply consumer was stopped")
+            if consumer.connection.connected is False:
+                raise ReplyConsumerLost("the RPC client's reply consumer lost its transport connection")
+        return super().wait()
+
+
+class _ReplyListener(SingleThreadedReplyListener):
+    def get_reply_event(self, correlation_id):
+        event = _ReplyEvent(self.queue_consumer, correlation_id)
+        self._reply_events[correlation_id] = event
+        return event
 
 
 class _ExpiringClusterProxy(ClusterProxy):
@@ -39,10 +71,12 @@ class _ExpiringClusterProxy(ClusterProxy):
 
 
 class ExpiringClusterRpcProxy(ClusterRpcProxy):
-    """nameko 2.14's ClusterRpcProxy whose requests expire after ``timeout`` seconds."""
+    """nameko 2.14's ClusterRpcProxy whose requests expire after ``timeout`` seconds,
+    and whose lost reply consumer raises :class:`ReplyConsumerLost`."""
 
     def __init__(self, config: dict, timeout: float, context_data: dict | None = None):
-        StandaloneProxyBase.__init__(self, config, context_data=context_data, timeout=timeout)
+        StandaloneProxyBase.__init__(self, config, context_data=context_data, timeout=timeout,
+                                     reply_listener_cls=_ReplyListener)
         self._proxy = _ExpiringClusterProxy(self._worker_ctx, self._reply_listener, timeout)
 
 

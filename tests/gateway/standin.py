@@ -232,12 +232,16 @@ class StandInLineController:
 
     # Tests set this to make the next commands answer QUEUED (the loop "too slow").
     answer_queued = False
+    # Tests set this to a callable run as a command arrives (its caller waits for the answer).
+    on_command = None
     line_file = None  # the line's layout; None: the default settings' line
     handled = 0
     _serial = threading.Lock()  # the loop is serial
 
     @rpc
     def command(self, type, payload, actor, command_id=None, wait_seconds=None):
+        if StandInLineController.on_command is not None:
+            StandInLineController.on_command()
         if StandInLineController.answer_queued:
             return {"commandId": command_id, "status": "QUEUED", "result": None, "error": None}
         with StandInLineController._serial:
