@@ -119,8 +119,8 @@ def check_people(values: dict) -> None:
     """What only the settings together can tell: both TLS files or neither, an
     LDAP URL with its user base and groups."""
     if ("tls_cert" in values) != ("tls_key" in values):
-        missing = "TLS_KEY" if "tls_cert" in values else "TLS_CERT"
-        raise SettingsError(f"{PREFIX}{missing}: needed with {PREFIX}TLS_CERT and {PREFIX}TLS_KEY both set")
+        missing, given = ("TLS_KEY", "TLS_CERT") if "tls_cert" in values else ("TLS_CERT", "TLS_KEY")
+        raise SettingsError(f"{PREFIX}{missing}: missing ({PREFIX}{given} is set; both are needed)")
     if "tls_cert" in values:
         try:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(values["tls_cert"], values["tls_key"])

@@ -76,5 +76,10 @@ def test_a_non_loopback_bind_without_tls_stops_start_up_naming_the_setting(gatew
     assert len(lines) == 1 and "LINECTL_HTTP_HOST" in lines[0] and "LINECTL_ALLOW_PLAIN_HTTP" in lines[0]
     check_bind(load_settings({**env, "LINECTL_ALLOW_PLAIN_HTTP": "1"}))  # allowed when asked for
     check_bind(load_settings({**env, "LINECTL_HTTP_HOST": "127.0.0.1"}))
-    with pytest.raises(SettingsError, match="LINECTL_TLS_KEY"):
+    # The one of the pair that is missing, said plainly.
+    with pytest.raises(SettingsError) as no_key:
         load_settings({"LINECTL_TLS_CERT": __file__})
+    assert str(no_key.value) == "LINECTL_TLS_KEY: missing (LINECTL_TLS_CERT is set; both are needed)"
+    with pytest.raises(SettingsError) as no_cert:
+        load_settings({"LINECTL_TLS_KEY": __file__})
+    assert str(no_cert.value) == "LINECTL_TLS_CERT: missing (LINECTL_TLS_KEY is set; both are needed)"
