@@ -236,6 +236,8 @@ class PlcConnection:
     after a later one changes nothing)."""
     connected: bool = False
     error: str | None = None
+    # Down because another PLC answers at the address: "PLC_IDENTITY_MISMATCH".
+    error_code: str | None = key("errorCode", None)
     plc_state: dict | None = key("plcState", None)
     observed_at: str | None = key("observedAt", None)
 

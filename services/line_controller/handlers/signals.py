@@ -174,6 +174,7 @@ def machine_fault(evt: m.MachineFault, ctx):
 
 
 PLC_DISCONNECTED_ALARM = "PLC_DISCONNECTED"
+PLC_IDENTITY_MISMATCH_ALARM = "PLC_IDENTITY_MISMATCH"  # also the hardware's error code for it
 
 
 def stale_edge(ctx, edge: str, observed_at: str | None) -> bool:
@@ -198,7 +199,16 @@ def plc_connection(evt: m.PlcConnection, ctx):
     if stale_edge(ctx, "plc", evt.observed_at):
         return None
     raised = db.open_alarms(code=PLC_DISCONNECTED_ALARM)
+    refused = db.open_alarms(code=PLC_IDENTITY_MISMATCH_ALARM)
     db.emit("PlcConnection", {"connected": evt.connected, "error": evt.error})
+    if not evt.connected and evt.error_code == PLC_IDENTITY_MISMATCH_ALARM:
+        # Another PLC answers at the address: refused, not merely away (the hardware sends it nothing).
+        if not refused:
+            db.raise_alarm(PLC_IDENTITY_MISMATCH_ALARM, f"{evt.error or 'the PLC is not this line’s'}; "
+                           "the line waits for its own PLC.", facts={"error": evt.error})
+        return None
+    for alarm in refused:  # back, or merely away now
+        db.resolve_alarm(alarm.id, "plc")
     if not evt.connected:
         if not raised:
             db.raise_alarm(PLC_DISCONNECTED_ALARM, f"The PLC does not answer ({evt.error or 'no reason given'}); "
