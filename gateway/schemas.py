@@ -334,6 +334,9 @@ class LineSummarySchema(Schema):
         "description": "UP while the line's controller runs: its commands are sent, not refused 503"})
     plc = fields.String(validate=validate.OneOf(("CONNECTED", "DISCONNECTED")), metadata={
         "description": "CONNECTED when the line's hardware service says it reaches its PLC"})
+    plcIdentity = fields.String(allow_none=True, metadata={
+        "description": "the identity the PLC at the line's address published at its last connect "
+                       "(deploy/REGISTER_MAP.md, \"Identity block\"); null when unknown or it publishes none"})
     activeOrders = fields.Integer(metadata={"description": "work orders not finished"})
     openAlarms = fields.Integer(metadata={"description": "alarms raised or acknowledged (the active list)"})
     openManualActions = fields.Integer()

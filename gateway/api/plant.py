@@ -42,7 +42,8 @@ def line_summary(line: LinePort) -> dict:
     """One line at a glance. Its controller is UP while it runs (consumes its
     queue): the check a command passes before it is sent, so a card never says
     DOWN while commands go through, nor for a ``status()`` slow to answer. The
-    PLC link is the hardware service's ``status()`` (the watch's, cached)."""
+    PLC link, and the identity its PLC published, are the hardware service's
+    ``status()`` (the watch's, cached)."""
     controller = line.service_watch().consumers(line.names.line_controller)
     hardware, _ = line.service_status(line.names.hardware)
     try:
@@ -53,6 +54,7 @@ def line_summary(line: LinePort) -> dict:
     return {"id": line.id, "name": line.line.name,
             "controller": "UP" if controller else "DOWN",
             "plc": "CONNECTED" if hardware and hardware.get("plcConnected") else "DISCONNECTED",
+            "plcIdentity": (hardware or {}).get("plcIdentity"),
             "activeOrders": int(orders), "openAlarms": int(alarms), "openManualActions": int(actions)}
 
 

@@ -340,7 +340,8 @@ def stand_ins_of_line(line_id: str, schema: str, line_file, *, plc_connected: bo
                       {"name": names.line_controller, "db": LineDatabase(schema), "line_file": line_file})
 
     def status(self):
-        return {"plcConnected": plc_connected, "plcError": None if plc_connected else "connection refused"}
+        return {"plcConnected": plc_connected, "plcError": None if plc_connected else "connection refused",
+                "plcIdentity": line_id if plc_connected else None}  # what a simulator of the line serves
 
     hardware = type(f"StandInHardware_{line_id}", (StandInHardware,),
                     {"name": names.hardware, "status": rpc(status)})

@@ -260,8 +260,8 @@ def test_lines_at_a_glance(client, lines):
     cell_b = client.get("/api/lines/cell-b", headers=AUTH).get_json()
     assert cell_b == body["items"][1]
     assert cell_b == {"id": "cell-b", "name": cell_b["name"], "controller": "UP", "plc": "CONNECTED",
-                      "activeOrders": 1, "openAlarms": 1, "openManualActions": 1}
-    assert body["items"][2]["activeOrders"] == 0
+                      "plcIdentity": "cell-b", "activeOrders": 1, "openAlarms": 1, "openManualActions": 1}
+    assert (body["items"][2]["activeOrders"], body["items"][2]["plcIdentity"]) == (0, None)  # its hardware is down
 
 
 def _finished(sessions, completed: int, scrapped: int, now: datetime) -> None:
