@@ -12,7 +12,7 @@ that follow (to send after the commit).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared import events as ev
 from shared.db.models import JOB_TERMINAL
@@ -50,12 +50,19 @@ ABORT_TIMEOUT_SECONDS = 30.0  # an abort is answered at once by the PLC
 Resolver = Callable[[DBState, object, str], "list[HardwareRequest] | None"]
 
 
+# ACTION_FAILED's variant for an action that failed as the one before it did
+# (``task_outcomes._repeated``): the same RETRY again would be a guess.
+REPEATED = "REPEATED"
+
+
 @dataclass(frozen=True)
 class ManualActionKind:
     kind: str
     text: str  # a str.format template, filled from the case's facts
     choices: tuple[str, ...]
     resolve: Resolver
+    # facts["case"] → (text, choices) for a case worded and answered otherwise
+    variants: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def _live_job(db: DBState, action):
@@ -69,7 +76,7 @@ def _retry_or_scrap_job(db: DBState, action, resolution: str):
     job = _live_job(db, action)
     if job is None:
         return None
-    if resolution == "RETRY":
+    if resolution in ("RETRY", "RETRY_AFTER_CHECK"):
         before = (action.context or {})["before"]
         restore_job(db, job.id, before, status=before["status"], held_status=None)
     else:
@@ -192,7 +199,11 @@ MANUAL_ACTIONS: dict[str, ManualActionKind] = {k.kind: k for k in (
         ACTION_FAILED,
         "{task_kind} of job {job_id} failed ({error_code}). RETRY once the piece is back "
         "where it was before the action; SCRAP to take it out.",
-        ("RETRY", "SCRAP"), _retry_or_scrap_job),
+        ("RETRY", "SCRAP"), _retry_or_scrap_job,
+        {REPEATED: ("{task_kind} of job {job_id} failed the same way {failures} times in a row "
+                    "({error_code}): a plain RETRY is not offered again. RETRY_AFTER_CHECK once the "
+                    "cause has been found and removed and the piece is back where it was before the "
+                    "action; SCRAP to take it out.", ("RETRY_AFTER_CHECK", "SCRAP"))}),
     ManualActionKind(
         EQUIPMENT_FAULT, "{equipment_id} did not start: {error_code}",
         ("RETRY", "SCRAP"), _retry_or_scrap_start),
@@ -234,8 +245,8 @@ def open_manual_action(db: DBState, kind: str, facts: Mapping, **columns):
     table; ``columns``: job_id, equipment_id, alarm_id, context. The facts are kept
     too (``facts`` in its JSON): the page says the same in its reader's language."""
     spec = MANUAL_ACTIONS[kind]
-    return db.create_manual_action(kind, spec.text.format_map(facts), list(spec.choices), facts=facts,
-                                   **columns)
+    text, choices = spec.variants.get(facts.get("case"), (spec.text, spec.choices))
+    return db.create_manual_action(kind, text.format_map(facts), list(choices), facts=facts, **columns)
 
 
 def resolve_manual_action(db: DBState, action, resolution: str) -> list[HardwareRequest]:

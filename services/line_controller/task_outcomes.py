@@ -145,13 +145,15 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
         _put_jobs_back(db, params, piece_at_dock=False)  # it had no piece to give back
         db.emit("DockEmpty", {"taskId": task.id, "jobIds": params.get("jobIds", [])})
         return []
+    first_job = (params.get("jobIds") or [None])[0]
+    repeated = _repeated(db, task, first_job) if task.kind not in (ev.BUFFER_TO_DOCK, ev.START_MACHINE) else {}
     alarm = db.raise_alarm("ACTION_FAILED",  # the alarm code, named like the action kind
-                           f"{task.kind} failed: {error_code} {task.error_message or ''}".strip(),
-                           equipment_id=task.equipment_id,
-                           job_id=(params.get("jobIds") or [None])[0], task_id=task.id,
+                           f"{task.kind} failed: {error_code} {task.error_message or ''}".strip()
+                           + (f" ({repeated['failures']} times in a row)" if repeated else ""),
+                           equipment_id=task.equipment_id, job_id=first_job, task_id=task.id,
                            facts={"task_kind": task.kind, "error_code": error_code,
                                   "error_message": task.error_message, "equipment_id": task.equipment_id,
-                                  "job_id": (params.get("jobIds") or [None])[0]})
+                                  "job_id": first_job, **repeated})
     if task.kind == ev.BUFFER_TO_DOCK:
         ma.open_manual_action(db, ma.REMOVE_FINISHED_PIECE, {
             "job_id": task.job_id, "buffer_slot": params.get("bufferSlot"), "error_code": error_code},
@@ -159,8 +161,17 @@ def apply_task_failure(db: DBState, task, error_code: str, *,
     elif task.kind == ev.START_MACHINE:
         _failed_start(db, task, error_code, alarm)
     else:
-        _failed_move(db, task, error_code, alarm)
+        _failed_move(db, task, error_code, alarm, repeated)
     return []
+
+
+def _repeated(db: DBState, task, job_id) -> dict:
+    """The facts of an action that failed as the job's action before it did (same
+    kind, same error; an operator answered RETRY in between): ``case`` REPEATED and
+    how many ``failures`` in a row. Its question then says so and offers no plain
+    RETRY (``manual_actions``, ACTION_FAILED's REPEATED variant). Empty otherwise."""
+    failures = db.failures_in_a_row(job_id, task) if job_id is not None else 0
+    return {"case": ma.REPEATED, "failures": failures} if failures >= 2 else {}
 
 
 def _failed_abort(db: DBState, task, error_code: str) -> list[HardwareRequest]:
@@ -198,7 +209,7 @@ def _failed_start(db: DBState, task, error_code: str, alarm) -> None:
         context={"taskId": task.id, "jobIds": list((params.get("jobs") or {}).values())})
 
 
-def _failed_move(db: DBState, task, error_code: str, alarm) -> None:
+def _failed_move(db: DBState, task, error_code: str, alarm, repeated: dict) -> None:
     params = task.params or {}
     for job_id in params.get("jobIds", []):
         if error_code == "REJECTED":  # nothing moved: a refill's piece counts at the dock again
@@ -210,6 +221,7 @@ def _failed_move(db: DBState, task, error_code: str, alarm) -> None:
             status = "SUSPENDED" if error_code == "ACTION_TIMEOUT" else "ERROR"
             db.set_job_status(job_id, (job.status,), status, held_status=None, error_code=error_code)
         ma.open_manual_action(
-            db, ma.ACTION_FAILED, {"task_kind": task.kind, "job_id": job_id, "error_code": error_code},
+            db, ma.ACTION_FAILED, {"task_kind": task.kind, "job_id": job_id, "error_code": error_code,
+                                   **repeated},
             job_id=job_id, equipment_id=task.equipment_id, alarm_id=alarm.id,
             context={"taskId": task.id, "before": params["before"][str(job_id)]})

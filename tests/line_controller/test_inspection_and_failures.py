@@ -89,6 +89,43 @@ def test_a_failed_robot_action_puts_the_job_in_error_with_an_alarm(harness):
     assert alarm.acknowledged_at <= alarm.cleared_at
 
 
+def test_an_action_that_failed_the_same_way_twice_says_so_and_offers_no_plain_retry(harness):
+    oid, (j,) = harness.started_order(quantity=1)
+    harness.on_buffer(j, 4)
+
+    def fail_load(code="PLC_ERROR"):
+        assert harness.fail(harness.act(Load(j, "MC1", 1)), code).status == "HANDLED"
+        action = [a for a in harness.manual_actions("ACTION_FAILED") if a.status == "OPEN"][-1]
+        alarm = harness.row("SELECT * FROM alarm WHERE id = :id", id=action.alarm_id)
+        return action, alarm
+
+    def answer(action, resolution):
+        return harness.send("ResolveManualAction", {"manualActionId": action.id, "resolution": resolution})
+
+    first, _ = fail_load()
+    assert (first.choices, "case" in first.facts) == (["RETRY", "SCRAP"], False)
+    assert answer(first, "RETRY").status == "HANDLED"
+
+    second, alarm = fail_load()  # the same action, the same way, right after a RETRY
+    assert second.choices == ["RETRY_AFTER_CHECK", "SCRAP"]
+    assert second.facts == {"taskKind": "BUFFER_TO_EQUIPMENT", "jobId": j, "errorCode": "PLC_ERROR",
+                            "case": "REPEATED", "failures": 2}
+    assert "2 times in a row" in second.text and "2 times in a row" in alarm.message
+    assert (alarm.facts["case"], alarm.facts["failures"]) == ("REPEATED", 2)
+    assert answer(second, "RETRY").error["code"] == "VALIDATION_ERROR"  # not as if nothing were known
+    assert answer(second, "RETRY_AFTER_CHECK").status == "HANDLED"  # the cause found: the piece back, as RETRY
+    job = harness.job(j)
+    assert (job.status, job.position_type, job.temp_slot_no) == ("QUEUED", "ON_BUFFER", 4)
+
+    third, _ = fail_load()
+    assert (third.choices, third.facts["failures"]) == (["RETRY_AFTER_CHECK", "SCRAP"], 3)
+    assert answer(third, "RETRY_AFTER_CHECK").status == "HANDLED"
+    other, _ = fail_load("REJECTED")  # another failure: nothing known about it yet
+    assert (other.choices, "case" in other.facts) == (["RETRY", "SCRAP"], False)
+    assert answer(other, "RETRY").status == "HANDLED"
+    assert harness.succeed(harness.act(Load(j, "MC1", 1))).status == "HANDLED"
+
+
 def test_a_refused_request_suspends_the_job_where_it_was(harness):
     oid, (j,) = harness.started_order(quantity=1)
     harness.on_buffer(j, 2)

@@ -49,6 +49,11 @@ def answer_for(action: dict, task: dict | None, plc: dict) -> str:
     if action["kind"] == "RECOVERY_BUFFER_PIECE_MISSING":
         slot = (action.get("context") or {}).get("tempSlotNo")
         return "CONFIRM" if _buffer_occupied(plc, slot) else "PIECE_REMOVED"
+    if action["kind"] == "RECOVERY_MACHINE_PIECE_MISSING":  # where is the piece the PLC does not see?
+        context, facts = action.get("context") or {}, action.get("facts") or {}
+        if _slot(plc, action["equipmentId"], context.get("slotNo")).get("occupied"):
+            return "CONFIRM"
+        return "PIECE_UNLOADED" if _buffer_occupied(plc, facts.get("bufferSlot")) else "PIECE_REMOVED"
     if action["kind"] != "RECOVERY_TASK_OUTCOME_UNKNOWN" or task is None:
         return "CONFIRM"
     params, kind = task.get("params") or {}, task["kind"]
@@ -137,7 +142,8 @@ def resolve_open_faults(stack, token: str, rng, answers: dict | None = None, lin
         if action["kind"] in FAULT_KINDS:
             choice = rng.choice(action["choices"])
         elif action["kind"] in RETRY_KINDS:
-            choice = "RETRY"
+            # an action that failed the same way twice in a row offers no plain RETRY
+            choice = "RETRY" if "RETRY" in action["choices"] else "RETRY_AFTER_CHECK"
         else:
             continue
         code, reply = stack.request("POST", _path(prefix, f"/api/manual-actions/{action['id']}/resolve"),

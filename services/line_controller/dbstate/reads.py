@@ -74,6 +74,20 @@ class Reads(StateBase):
             "SELECT * FROM task WHERE status IN ('PENDING','RUNNING') AND "
             "(job_id = :j OR params->'jobIds' @> to_jsonb(:j))", j=job_id)
 
+    def failures_in_a_row(self, job_id: int, task) -> int:
+        """How many of the job's concluded actions, up to ``task`` (just failed),
+        failed one after another as it did: its kind, its error code."""
+        rows = self._all(
+            "SELECT kind, status, error_code FROM task WHERE id <= :t AND status IN ('SUCCEEDED','FAILED') "
+            "AND (job_id = :j OR params->'jobIds' @> to_jsonb(:j)) ORDER BY id DESC LIMIT 100",
+            t=task.id, j=job_id)
+        same = 0
+        for row in rows:
+            if (row.kind, row.status, row.error_code) != (task.kind, "FAILED", task.error_code):
+                break
+            same += 1
+        return same
+
     def taken_by_refill(self, job_id: int) -> bool:
         """Whether the newest task that moved (or was to move) the job is a refill:
         a job on the robot because of it came off the dock, not off the buffer."""
