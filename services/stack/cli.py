@@ -174,13 +174,23 @@ def _command(name: str):
 LEAVE_AT_ONCE = ("up", "retention")
 
 
+# Commands that answer and end: what they print is their answer, and their log
+# (stderr) says only WARNING and above; LINECTL_LOG_LEVEL=DEBUG still says all.
+ANSWERING = ("users", "lines", "migrate", "purge", "backup", "restore")
+
+
+def _log_level(command: str, level: str) -> str:
+    return "WARNING" if command in ANSWERING and level == "INFO" else level
+
+
 def _run(args) -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:
         print(f"linectl: bad setting: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format, f"linectl-{args.command}")
+    configure_logging(_log_level(args.command, settings.log_level), settings.log_format,
+                      f"linectl-{args.command}")
     try:
         return _command(args.command)(settings, args)
     except SettingsError as exc:

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from services.identity.bootstrap import PASSWORD_FILE, ensure_initial_admin
 from services.stack.cli import main
+from shared.db.embedded import EmbeddedPostgres
 from tests.gateway.standin import write_plant_file
 from tests.identity.conftest import FAST_ARGON2, PASSWORD
 
@@ -85,3 +86,19 @@ def test_lines_must_be_lines_of_the_plant(linectl, engine, capsys, monkeypatch, 
                    "--password-stdin", stdin=PASSWORD) == 0
     with engine.connect() as conn:
         assert conn.execute(text("SELECT name, lines FROM people_user")).all() == [("carol", ["cell-b", "cell-c"])]
+
+
+def test_a_users_command_prints_its_answer_and_logs_nothing_below_warning(monkeypatch, tmp_path, capsys):
+    """On the embedded server, which it starts (and stops) for the command: before,
+    ``initialising embedded PostgreSQL …`` and its like came with every answer."""
+    monkeypatch.delenv("LINECTL_DATABASE_URL", raising=False)
+    monkeypatch.delenv("LINECTL_LOG_LEVEL", raising=False)
+    for key, value in {"LINECTL_DATA_DIR": str(tmp_path), **FAST_ARGON2}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    try:
+        assert main(["users", "add", "carol", "--role", "operator", "--password-stdin"]) == 0
+    finally:
+        EmbeddedPostgres(tmp_path / "pg").remove()
+    said = capsys.readouterr()
+    assert (said.out, said.err) == ("user carol added (operator)\n", "")
