@@ -120,7 +120,9 @@ def test_the_layouts_steps_and_kinds_have_their_words():
 
 
 def manual_action_kinds() -> dict[str, tuple[str, ...]]:
-    kinds = {k: spec.choices for k, spec in manual_actions.MANUAL_ACTIONS.items()}
+    # a kind's variants (facts.case: ACTION_FAILED's REPEATED) may offer other choices
+    kinds = {k: tuple(dict.fromkeys(spec.choices + tuple(c for _, cs in spec.variants.values() for c in cs)))
+             for k, spec in manual_actions.MANUAL_ACTIONS.items()}
     kinds.update(consistency_checks.CHOICES)
     kinds.setdefault(*MACHINE_FAULT_DURING_CYCLE)
     return kinds
@@ -137,6 +139,11 @@ def test_every_manual_action_and_its_choices_have_their_words():
         # A choice says what it does in this kind's own words (RETRY means another thing per kind).
         assert [c for c in choices if f"choice.{kind}.{c}" not in EN] == [], kind
     assert EN["choice.MACHINE_FAULT_DURING_CYCLE.RESTART_CYCLE"] == "Restart the cycle with the pieces in place"
+    variants = [(k, case) for k, spec in manual_actions.MANUAL_ACTIONS.items() for case in spec.variants]
+    variants.append((consistency_checks.MACHINE_PIECE_MISSING, consistency_checks.SOURCE_EMPTY))
+    assert ("ACTION_FAILED", "REPEATED") in variants
+    assert [f"{k}.{case}" for k, case in variants
+            if f"action.{k}.{case}" not in EN or f"alarm.{k}.{case}" not in EN] == []
 
 
 def alarm_codes() -> set[str]:
