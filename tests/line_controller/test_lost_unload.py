@@ -269,3 +269,19 @@ def test_an_unload_answered_source_empty_asks_where_the_piece_is(cell, engine):
     assert [a.id for a in _open_actions(engine)] == [question.id]
     _resolve(again, question, "PIECE_UNLOADED")
     _completes_exactly(again, order["id"], quantity)
+
+
+def test_a_plc_reconnect_asks_too(cell, engine):
+    """The PLC's link comes back (the check of a reconnect): the same comparison."""
+    line = cell.loop(HoldUnloadsFrom(STATION))
+    order = _handle(line, "CreateOrder", {"productId": "SHAFT-B", "quantity": 1})
+    _handle(line, "StartOrder", {"workOrderId": order["id"]})
+    _drain(line)
+    job = _held_at_station(engine, order["id"])
+    _handle(line, "PlcConnection", {"connected": False, "error": "link down"})
+    cell.plc.unload_physically(STATION, 1, job.temp_slot_no)
+    _handle(line, "PlcConnection", {"connected": True, "plcState": cell.plc.picture()})
+    (question,) = _open_actions(engine)
+    assert (question.kind, question.job_id) == (r.MACHINE_PIECE_MISSING, job.id)
+    _resolve(line, question, "PIECE_UNLOADED")
+    _completes_exactly(line, order["id"], 1)
