@@ -28,3 +28,17 @@ def read_or_create_private(path: Path, make: Callable[[], bytes]) -> bytes:
         finally:
             os.unlink(staged)
     return path.read_bytes().strip()
+
+
+def replace_private(path: Path, content: bytes) -> None:
+    """``path`` now holds ``content`` (mode 0600): written whole under a private
+    name, then renamed over the old file, so a reader sees the old or the new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.replace(staged, path)
+    except BaseException:
+        os.unlink(staged)
+        raise

@@ -17,15 +17,30 @@ schema's ``event_log`` numbers its own ``seq``, gapless per line.
 
 ``plant_line`` records the placement, so reordering the plant file (which line
 is the default) never moves a line's data.
+
+**A line's login** (PRODUCT.md, "Line credentials"): every line's processes log
+in as ``linectl_line_<id>`` (:func:`login_role_for`), a LOGIN role with a password
+(:func:`set_login`): another line's is the line's role itself; the line in
+``public``'s is a member of ``linectl_controller``. Each is also a member of
+``linectl_lines`` (the transport's tables, ``shared.db.roles``), and of nothing
+else: what a line's processes hold cannot write another line's tables, nor the
+people, audit or AI tables. Roles are the server's, not one database's: two
+linectl databases on one server must not have lines of the same id.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import logging
+import os
 import re
 from dataclasses import dataclass
 
+from psycopg2 import errorcodes
 from sqlalchemy import text
+from sqlalchemy.exc import ProgrammingError
 
 from shared.db import roles
 from shared.db.engine import make_engine
@@ -70,6 +85,11 @@ def role_for(line_id: str) -> str:
     return f"linectl_line_{line_id}"
 
 
+def login_role_for(line_id: str) -> str:
+    """The role a line's processes log in as (whichever schema the line has)."""
+    return role_for(line_id)
+
+
 def placements(conn) -> dict[str, LinePlacement]:
     """Every registered line's placement (empty before the first registration)."""
     rows = conn.execute(text("SELECT id, schema_name, role_name FROM plant_line")).all()
@@ -98,16 +118,71 @@ def placement(conn, line_id: str, *, default: bool = True) -> LinePlacement:
 
 
 def line_placement(url: str, line_id: str, default: bool) -> LinePlacement:
-    """Where a line's controller works, registering its line first if needed (as the
-    database's login user: ``linectl migrate`` does this for a whole plant)."""
+    """Where a line's controller works, registering its line first if needed and
+    allowed (as the database's owner; ``linectl migrate`` and ``linectl up`` do this
+    for every line before its services start, and a line's own login may not)."""
     engine = make_engine(url, pool_size=1)
     try:
         with engine.begin() as conn:
-            if line_id not in placements(conn):
+            if line_id in placements(conn):
+                return placement(conn, line_id, default=default)
+        try:
+            with engine.begin() as conn:
                 register_lines(conn, [line_id], default=line_id if default else None)
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "pgcode", None) != errorcodes.INSUFFICIENT_PRIVILEGE:
+                raise
+            raise LineNotPlaced(f"line {line_id!r} has no tables yet, and its login may not make them:"
+                                " run `linectl migrate` with the plant file") from None
+        with engine.begin() as conn:
             return placement(conn, line_id, default=default)
     finally:
         engine.dispose()
+
+
+class LoginNotSet(RuntimeError):
+    """A line's login the migrating user may not make; ``str()`` says what to do."""
+
+
+def may_create_roles(conn) -> bool:
+    return bool(conn.execute(text(
+        "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")).scalar())
+
+
+def set_login(conn, line: LinePlacement, password: str) -> str:
+    """``line``'s login role, made (if missing) and given ``password``; its name.
+    Needs a superuser or CREATEROLE (:class:`LoginNotSet` otherwise)."""
+    login = login_role_for(line.line_id)
+    if not may_create_roles(conn):
+        raise LoginNotSet(f"line {line.line_id}: the migrating user may not create or alter the role {login}:"
+                          " a DBA creates it (docs/operations.md, \"Line credentials\"), and the plant file's"
+                          " secrets file gives its URL")
+    roles.create_role(conn, login)
+    member_of = [roles.LINES] + ([roles.CONTROLLER] if line.schema == PUBLIC else [])
+    database = conn.execute(text("SELECT current_database()")).scalar()
+    # psycopg2 binds on the client: the verifier goes as a literal, which ALTER ROLE needs.
+    conn.execute(text(f"ALTER ROLE {quote(login)} LOGIN PASSWORD :verifier"),
+                 {"verifier": scram_sha_256(password)})
+    conn.execute(text(f"GRANT {', '.join(member_of)} TO {quote(login)}"))
+    conn.execute(text(f"GRANT CONNECT ON DATABASE {quote(database)} TO {quote(login)}"))
+    if not conn.execute(text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": login}).scalar():
+        conn.execute(text(f"GRANT {quote(login)} TO CURRENT_USER"))  # its backends' start times: transport
+    return login
+
+
+def scram_sha_256(password: str, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802, as
+    libpq's ``PQencryptPasswordConn``): the clear password is never sent in an
+    ALTER ROLE, so no server log can hold it. ASCII only (no SASLprep needed)."""
+    if not password.isascii():
+        raise ValueError("a line's password must be ASCII")
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = base64.b64encode
+    return (f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}"
+            f"${b64(hashlib.sha256(client_key).digest()).decode()}:{b64(server_key).decode()}")
 
 
 def register_lines(conn, line_ids: list[str] | tuple[str, ...], default: str | None = None) -> dict[str, LinePlacement]:

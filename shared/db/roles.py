@@ -8,13 +8,18 @@
   the people tables (``people_*``: users, sessions, the access audit), which
   the line_controller does not see.
 
+* ``linectl_lines``: what every line's login (``shared.db.lines``) may do
+  beside its own line's tables: the message transport's rows (``mq_*``: read,
+  insert, update, delete; no TRUNCATE, no DDL), and reading ``plant_line`` and
+  ``alembic_version`` (a line host checks the database is migrated).
+
 A process takes its role at connect time (libpq ``options=-c role=…``, see
 :func:`connect_args`), so every statement of that connection is checked
 against the role's grants, whatever the code does. The roles are NOLOGIN
-groups: the login user (the database owner, or a login role the DBA made a
-member) assumes them. The message transport's connections (``mq_*`` tables)
-keep the login user: its dead-consumer check reads other backends'
-``pg_stat_activity`` rows, which PostgreSQL shows only to the same user.
+groups: the login user (the database owner, or a line's own login) assumes
+them. The message transport's connections (``mq_*`` tables) keep the login
+user's privileges; its liveness check asks ``mq_backend_started`` (migration
+0010), which sees every login's backends.
 
 :func:`apply` creates the roles where the migrating user may (superuser or
 CREATEROLE) and (re)grants on every table; ``linectl migrate`` runs it after
@@ -34,7 +39,8 @@ log = logging.getLogger(__name__)
 
 CONTROLLER = "linectl_controller"
 GATEWAY = "linectl_gateway"
-ROLES = (CONTROLLER, GATEWAY)
+LINES = "linectl_lines"
+ROLES = (CONTROLLER, GATEWAY, LINES)
 
 AI_TABLE_PREFIX = "ai_"
 PEOPLE_TABLE_PREFIX = "people_"
@@ -96,16 +102,22 @@ def apply(conn) -> bool:
     gateway_writes = [t for t in tables if t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX))]
     line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX))
             and t not in NOT_DOMAIN]
+    transport = [t for t in tables if t.startswith(TRANSPORT_TABLE_PREFIX)]
     quoted = ", ".join
     statements = [
-        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}",
-        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}",
-        f"GRANT USAGE ON SCHEMA public TO {CONTROLLER}, {GATEWAY}",
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}, {LINES}",
+        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {CONTROLLER}, {GATEWAY}, {LINES}",
+        f"GRANT USAGE ON SCHEMA public TO {CONTROLLER}, {GATEWAY}, {LINES}",
         f"GRANT SELECT ON {quoted(line)} TO {GATEWAY}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(gateway_writes)} TO {GATEWAY}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(line)} TO {CONTROLLER}",
     ]
-    for role, owned in ((GATEWAY, gateway_writes), (CONTROLLER, line)):
+    if transport:
+        statements.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {quoted(transport)} TO {LINES}")
+    if "alembic_version" in tables:
+        statements.append(f"GRANT SELECT ON alembic_version TO {LINES}")
+    statements += _no_ddl_in_public(conn)
+    for role, owned in ((GATEWAY, gateway_writes), (CONTROLLER, line), (LINES, transport)):
         seqs = sequences_of(conn, owned)
         if seqs:
             statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {quoted(seqs)} TO {role}")
@@ -114,7 +126,16 @@ def apply(conn) -> bool:
         if not conn.execute(text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": role}).scalar():
             statements.append(f"GRANT {role} TO CURRENT_USER")
     if "plant_line" in tables:
-        statements.append(f"GRANT SELECT ON plant_line TO {CONTROLLER}, {GATEWAY}")
+        statements.append(f"GRANT SELECT ON plant_line TO {CONTROLLER}, {GATEWAY}, {LINES}")
     for sql in statements:
         conn.execute(text(sql))
     return True
+
+
+def _no_ddl_in_public(conn) -> list[str]:
+    """Nobody but its owner creates objects in ``public`` (PostgreSQL 15's default;
+    a database made by an older server still lets every role): a line's login
+    makes no table there. Only where the migrating user owns the schema."""
+    owns = conn.execute(text(
+        "SELECT pg_has_role(current_user, nspowner, 'USAGE') FROM pg_namespace WHERE nspname = 'public'")).scalar()
+    return ["REVOKE CREATE ON SCHEMA public FROM PUBLIC"] if owns else []

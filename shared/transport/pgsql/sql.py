@@ -70,12 +70,15 @@ def direct_channel(queue: str) -> str:
 # whose one consumer takes direct replies on a live listening connection. The
 # listener is looked up by pid: the pg_stat_activity view builds a row for every
 # backend, which at 120 backends made a reply cost 1 ms of server CPU.
+# ``mq_backend_started`` (migration 0010) is ``pg_stat_get_activity(pid)``'s
+# ``backend_start`` as the migrating user sees it: PostgreSQL shows another
+# login's to no one else, and each line logs in as its own role.
 DIRECT_TARGET = """
 SELECT 1 FROM mq_queue q
 WHERE q.name = t.queue AND (q.exclusive OR q.auto_delete OR q.expires_ms IS NOT NULL)
   AND (SELECT count(*) FROM mq_consumer c WHERE c.queue = q.name) = 1
-  AND EXISTS (SELECT 1 FROM mq_consumer c, pg_stat_get_activity(c.listener_pid) a
-              WHERE c.queue = q.name AND a.backend_start = c.listener_started)
+  AND EXISTS (SELECT 1 FROM mq_consumer c
+              WHERE c.queue = q.name AND mq_backend_started(c.listener_pid) = c.listener_started)
 """
 
 # The queues a message is routed to: $1 exchange, $2 routing key. A topic
@@ -238,12 +241,13 @@ WHERE a.pid = pg_backend_pid() AND c.listener_pid = %s AND c.listener_started = 
 """
 
 # Liveness of leases, consumers and exclusive queues: a backend is alive when
-# pg_stat_activity shows its pid with the same start time (one snapshot per
-# transaction; the statements below run as one implicit transaction).
-LIVE = "SELECT 1 FROM pg_stat_activity a WHERE a.pid = {pid} AND a.backend_start = {started}"
+# PostgreSQL shows its pid with the same start time (one snapshot per
+# transaction; the statements below run as one implicit transaction), whoever
+# its login is (``mq_backend_started``, above).
+LIVE = "SELECT 1 WHERE mq_backend_started({pid}) = {started}"
 LIVE_CONSUMER = (
-    "SELECT 1 FROM mq_consumer c JOIN pg_stat_activity a"
-    " ON a.pid = c.backend_pid AND a.backend_start = c.backend_started WHERE c.queue = q.name"
+    "SELECT 1 FROM mq_consumer c"
+    " WHERE c.queue = q.name AND mq_backend_started(c.backend_pid) = c.backend_started"
 )
 SWEEP_SQL = f"""
 WITH orphaned AS (
