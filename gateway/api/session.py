@@ -40,8 +40,10 @@ class UserSchema(Schema):
     name = fields.String()
     displayName = fields.String()
     role = fields.String()
-    lines = fields.List(fields.String(), metadata={"description": "the lines the user is limited to; "
-                                                   "empty: every line"})
+    lines = fields.List(fields.String(), metadata={"description": "the plant's lines the user has now, "
+                                                   "in the plant's order (every line when allLines)"})
+    allLines = fields.Boolean(metadata={"description": "true: the user is limited to no lines, so has every "
+                                        "line, those the plant gains later too"})
 
 
 class SessionSchema(Schema):
@@ -50,8 +52,17 @@ class SessionSchema(Schema):
     expiresAt = fields.String(metadata={"format": "date-time"})
 
 
+def _user(person) -> dict:
+    """The user as the API shows them: ``lines`` the plant's lines they have now (a
+    client cannot tell "every line" from "none" by an empty list), ``allLines``
+    whether they are limited to none."""
+    limited = set(person.lines)
+    lines = [line_id for line_id in gateway_context().plant.line_ids if not limited or line_id in limited]
+    return {**person.as_json(), "lines": lines, "allLines": not limited}
+
+
 def _session_body(session) -> dict:
-    return {"user": session.person.as_json(), "csrfToken": session.csrf_token,
+    return {"user": _user(session.person), "csrfToken": session.csrf_token,
             "expiresAt": session.expires_at.isoformat().replace("+00:00", "Z")}
 
 

@@ -64,7 +64,9 @@ def test_sign_in_get_and_sign_out_then_the_replayed_cookie_is_refused(client):
     signed = sign_in(client)
     assert signed.status_code == 200
     body = signed.get_json()
-    assert body["user"] == {"name": "alice", "displayName": "Alice", "role": "operator", "lines": []}
+    # Every line: the plant's (here the one of deploy/line.yaml), and said so.
+    assert body["user"] == {"name": "alice", "displayName": "Alice", "role": "operator", "lines": ["demo-cell"],
+                            "allLines": True}
     assert body["csrfToken"] and body["expiresAt"].endswith("Z")
     cookie = signed.headers["Set-Cookie"]
     assert cookie.startswith("linectl_session=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
@@ -98,11 +100,14 @@ def test_a_user_limited_to_other_lines_gets_403_on_this_lines_paths_and_stream(c
     people.add("eve", "operator", PASSWORD, CONSOLE, lines=["demo-cell"])  # deploy/line.yaml's line id
     upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
-    assert sign_in(client, "dan").get_json()["user"]["lines"] == ["cell-b"]
+    dan = sign_in(client, "dan").get_json()["user"]
+    assert (dan["lines"], dan["allLines"]) == ([], False)  # none of this plant's lines: not every line
     assert client.get("/api/work-orders").get_json()["error"]["code"] == "FORBIDDEN"
     assert client.get("/ws", headers=upgrade).status_code == 403
     assert client.get("/api/me").status_code == 200  # who they are, still
-    sign_in(client, "eve")
+    eve = sign_in(client, "eve").get_json()["user"]
+    assert (eve["lines"], eve["allLines"]) == (["demo-cell"], False)
+    assert client.get("/api/session").get_json()["user"] == eve
     assert client.get("/api/work-orders").status_code == 200
 
 
@@ -222,7 +227,7 @@ def test_an_ldap_user_signs_in_through_the_gateway_with_their_groups_role(gatewa
         signed = sign_in(client, "ann", LDAP_PEOPLE["ann"])
         assert signed.status_code == 200
         assert signed.get_json()["user"] == {"name": "ann", "displayName": "Ann Example", "role": "operator",
-                                             "lines": []}
+                                             "lines": ["demo-cell"], "allLines": True}
         assert client.get("/api/me").get_json() == {"role": "operator", "name": "ann"}
         outside = sign_in(client, "ben", LDAP_PEOPLE["ben"])
         assert outside.status_code == 401 and outside.get_data() == sign_in(client, "nobody").get_data()
