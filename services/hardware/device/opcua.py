@@ -228,6 +228,7 @@ class OpcUaPort(DevicePort):
         self._client = None
         if was:
             self._say(logging.WARNING, "%s", message)
+        if was or code == PLC_IDENTITY_MISMATCH:  # a refused PLC is an answer: nobody waits for more
             self._bridge.post(self._wake_watchers)
 
     def _wake_watchers(self) -> None:  # in the hub's thread
@@ -239,8 +240,9 @@ class OpcUaPort(DevicePort):
         # values and then waits with no green switch between, and this runs green.
         answer, self._answer = self._answer, eventlet.event.Event()
         answer.send(True)
-        if not self._first_session.ready() and self._copy.ever_connected:
-            self._first_session.send(True)
+        if not self._first_session.ready() and (self._copy.ever_connected
+                                                 or self._copy.error_code == PLC_IDENTITY_MISMATCH):
+            self._first_session.send(True)  # the start-up wait ends: a session, or the PLC refused
 
     # -- calls from green threads ------------------------------------------------
 

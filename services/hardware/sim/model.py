@@ -36,12 +36,14 @@ class LineModel(RobotHandshake, CellMoves, MachineCycles, FaultInjection):
         self._machine_state()
         self._fault_state()
         self._pallet_arrives()
+        self.writes = 0  # requests that wrote (a host's writes, method calls, injections)
 
     def on_request(self, address: int, values: list[int] | None) -> None:
         """One request: advance time, then apply a write (``values``; None for a read)."""
         self.advance()
         if values is None:
             return
+        self.writes += 1
         for i, v in enumerate(values):
             self.mem[address + i] = int(v)
         touched = range(address, address + len(values))
