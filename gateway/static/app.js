@@ -25,7 +25,7 @@ let statsPeriodTimer = null;
 // for the line before are dropped, not drawn on the new one.
 let lineGeneration = 0;
 let may = { line: false, ai: false, audit: false };  // what the role may use
-let sessionLines = [];       // the lines a signed-in user is limited to (none: every line)
+let sessionLimited = false;  // a signed-in user limited to some lines (not every line)
 
 async function command(path, body) {
   try {
@@ -255,20 +255,23 @@ function onFrame(frame) {
   if (STATS_EVENTS.has(frame.type)) scheduleStatsRefresh();
 }
 
-/** The stream indicator: "on" (live), "off" (offline: reconnecting), or "none"
- *  for a role the line's event stream is not for (platform, runtime). */
+/** The stream indicator, saying what is true: "out" (signed out: no stream),
+ *  "connecting" (opening, not yet open), "on" (live), "off" (offline: it closed and
+ *  is reconnecting), or "none" for a role the line's event stream is not for
+ *  (platform, runtime). */
+const CONN_TITLES = { none: "conn.titleNone", out: "conn.titleOut" };
 function showConn(state) {
   const conn = $("#conn");
   conn.className = `conn ${state}`;
   conn.dataset.state = state;
   conn.textContent = t(`conn.${state}`);
-  conn.title = t(state === "none" ? "conn.titleNone" : "conn.title");
+  conn.title = t(CONN_TITLES[state] || "conn.title");
 }
 
 /** The stream of the line on screen opened or closed: the indicator says so;
  *  opened, whatever happened while it was down is fetched. */
 function lineStreamState(stream) {
-  showConn(stream.live ? "on" : "off");
+  showConn(stream.state);
   if (!stream.live) return;
   scheduleRefresh();
   scheduleStatsRefresh();
@@ -340,6 +343,7 @@ async function startLine(lineId = null) {
   lineRoot = lineId ? pathOfLine(lineId, "") : "/api";
   if (!await loadLine()) return;
   lineStream = new LineStream(lineId, { onFrame, onState: lineStreamState }).start();
+  showConn(lineStream.state);
   await drawLine();
 }
 
@@ -354,7 +358,7 @@ async function startLines() {
   }
   if (lines && lines.length > 1) { await startPlant(lines); return; }
   // A user limited to one line reads it under its own paths (the unprefixed ones are the default line's).
-  await startLine(lines && lines.length === 1 && sessionLines.length ? lines[0].id : null);
+  await startLine(lines && lines.length === 1 && sessionLimited ? lines[0].id : null);
 }
 
 // -- signing in -------------------------------------------------------------------------
@@ -367,6 +371,7 @@ function closeStream() {
 /** The sign-in form in place of the line; `ended` says plainly that a session ended. */
 function showSignIn(ended) {
   closeStream();
+  showConn("out");
   csrfToken = "";
   showSectionsFor(false, false);
   stopAiRefresh();
@@ -398,19 +403,25 @@ async function currentSession() {
 
 async function start() {
   say("");
-  sessionLines = [];
+  sessionLimited = false;
+  let user = null;  // the signed-in person (a token's holder has none)
   if (!token) {
     const session = await currentSession();
     if (!session) { showSignIn(false); return; }
     csrfToken = session.csrfToken;
-    sessionLines = (session.user && session.user.lines) || [];
+    user = session.user || null;
+    // allLines (gateway 56+); before it, a limited user was one with lines listed.
+    sessionLimited = !!user && (user.allLines === undefined ? (user.lines || []).length > 0 : !user.allLines);
     $("#signin-section").hidden = true;
     $("#sign-out").hidden = false;
   }
   try {
     const me = await api("GET", "/api/me");
     role = me.role;
-    $("#who").textContent = t("who", { name: me.name, role: tCode("role", me.role) });
+    // A person by their display name (their user name in the tooltip), a token by its holder.
+    const name = (user && user.displayName) || me.name;
+    $("#who").textContent = t("who", { name, role: tCode("role", me.role) });
+    $("#who").title = user ? user.name : "";
     $("#who").dataset.role = me.role;
   } catch (e) {
     showSectionsFor(false, false);

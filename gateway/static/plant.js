@@ -211,11 +211,12 @@ function showPlantConn() {
   if (!plant.on) return;
   if (plant.viewed !== null) {
     const stream = plant.streams.get(plant.viewed);
-    showConn(stream && stream.live ? "on" : "off");
+    showConn(stream ? stream.state : "off");  // past the cap: no stream of its own
     return;
   }
-  const down = plant.lines.filter((l) => !plant.streams.get(l.id)?.live).map((l) => l.name);
-  showConn(down.length ? "off" : "on");
+  const states = plant.lines.map((l) => plant.streams.get(l.id)?.state || "off");
+  const down = plant.lines.filter((l, i) => states[i] === "off").map((l) => l.name);
+  showConn(down.length ? "off" : states.includes("connecting") ? "connecting" : "on");
   if (down.length) $("#conn").title = t("conn.titleLines", { lines: list(down) });
 }
 

@@ -64,6 +64,13 @@ class LineStream {
     };
   }
 
+  /** What the indicator says of it: "on" (open), "connecting" (its first open
+   *  still to come), "off" (it closed: reconnecting). */
+  get state() {
+    if (this.live) return "on";
+    return this.failures === 0 ? "connecting" : "off";
+  }
+
   stop() {
     clearTimeout(this.timer);
     this.timer = null;

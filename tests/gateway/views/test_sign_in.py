@@ -31,6 +31,11 @@ def sign_in(browser, name: str, password: str) -> None:
                      "document.querySelector('#signin-form button[type=submit]').click()")
 
 
+def conn_badge(browser) -> tuple[str, str]:
+    return tuple(browser.evaluate("[document.getElementById('conn').dataset.state,"
+                                  " document.getElementById('conn').textContent]"))
+
+
 def the_form(browser, base: str, language: str) -> None:
     browser.navigate(f"{base}/?lang={language}")
     wait_for(lambda: visible(browser, "#signin-section"), timeout=30, message="the sign-in form")
@@ -44,6 +49,9 @@ def test_an_operator_signs_in_runs_an_order_is_told_the_session_ended_and_signs_
         assert browser.evaluate("document.getElementById('signin-title').textContent") == \
             catalog(language)["signin.title"]
         assert not visible(browser, "#line-section") and not visible(browser, "#sign-out")
+        # Signed out, said as such: not a red "offline", as if the system were down.
+        wait_for(lambda: conn_badge(browser) == ("out", catalog(language)["conn.out"]), timeout=10,
+                 message=lambda: f"the badge to say signed out, not {conn_badge(browser)}")
         assert axe_findings(browser, axe_source, ["#signin-section"]) == []
     words = catalog("en")
 
@@ -54,7 +62,10 @@ def test_an_operator_signs_in_runs_an_order_is_told_the_session_ended_and_signs_
     wait_for(lambda: browser.check("document.body.dataset.loaded === 'true'"
                                    " && document.getElementById('conn').dataset.state === 'on'"), timeout=30,
              message="the line drawn and live after signing in")
-    assert "alice" in browser.evaluate("document.getElementById('who').textContent")
+    # Her display name (people.add's "Alice"), the role after it; her user name in the tooltip.
+    assert browser.evaluate("document.getElementById('who').textContent") == \
+        words["who"].format(name="Alice", role=words["role.operator"])
+    assert browser.evaluate("document.getElementById('who').title") == "alice"
     assert not visible(browser, "#signin-section") and visible(browser, "#sign-out")
 
     browser.evaluate("document.getElementById('quantity').value = '2';"
@@ -77,6 +88,7 @@ def test_an_operator_signs_in_runs_an_order_is_told_the_session_ended_and_signs_
     wait_for(lambda: visible(browser, "#signin-section") and message(browser)["text"] == words["signin.signedOut"],
              timeout=10, message="signed out")
     assert not visible(browser, "#signin-ended")
+    assert conn_badge(browser) == ("out", words["conn.out"])  # not "live" with every stream closed
     assert browser.evaluate("fetch('/api/session').then(r => r.status)") == 401
     assert page_errors(browser) == []
 
