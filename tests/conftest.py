@@ -15,7 +15,7 @@ import eventlet  # noqa: E402
 
 eventlet.monkey_patch()
 
-from tests.support.cluster_storage import keep_clusters_in_memory  # noqa: E402
+from tests.support.cluster_storage import keep_clusters_in_memory, remove_clusters_linked_under  # noqa: E402
 
 keep_clusters_in_memory()  # before shared.db.embedded reads where clusters live
 
@@ -112,6 +112,14 @@ def no_secret_is_logged(caplog):
 def layout():
     """The line layout of the default settings (deploy/line.yaml here)."""
     return load_layout(Settings().line_file)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_cluster_left_behind(tmp_path_factory):
+    """As root an embedded cluster lives apart from its data directory
+    (shared.db.embedded): those of the session's tests go with the session."""
+    yield
+    remove_clusters_linked_under(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,13 @@ does). Its cluster then lives in a directory that user owns, under
 cluster), with a symlink at the path asked for (``var/pg``); the server
 binaries are copied there once. So no directory of the caller's (a checkout
 in ``/root``, say) has its mode widened for the server user to reach it.
+
+Deleting the data directory is the way to start afresh, and it takes the link
+with it: every start of an embedded server (``linectl up``, any command that
+starts or reuses one) deletes the clusters whose link is gone
+(:meth:`EmbeddedPostgres.prune_orphans`). Only clusters linectl made: each has
+a ``clusters/<id>.source`` note naming its link (a cluster without one is left
+alone), and never one whose server runs.
 """
 
 from __future__ import annotations
@@ -94,6 +101,31 @@ def _root_base() -> Path:
     return ROOT_BASE
 
 
+def _server_runs(cluster: Path) -> bool:
+    """Whether a server may run on ``cluster``: its ``postmaster.pid`` names a live
+    ``postgres`` process. A file a dead server left (``kill -9``, a reboot) does not
+    count; one that cannot be read does (in doubt, a cluster is kept)."""
+    try:
+        first = (cluster / "postmaster.pid").read_text().split("\n", 1)[0]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        pid = int(first)
+        os.kill(pid, 0)
+    except ValueError:
+        return True  # being written: a server starting
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # the pid of a server that died, taken since by another program
+        return "postgres" in Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return True
+
+
 @dataclass
 class EmbeddedPostgres:
     """One PostgreSQL cluster living in ``pgdata``."""
@@ -167,8 +199,9 @@ class EmbeddedPostgres:
 
     @staticmethod
     def prune_orphans() -> None:
-        """Delete relocated clusters whose symlink is gone (a removed temp dir) and
-        whose server is not running; they can never be reached again."""
+        """Delete relocated clusters whose symlink is gone (their data directory was
+        deleted) and whose server is not running; they can never be reached again.
+        A cluster without its ``.source`` note is not one linectl made: it stays."""
         clusters = ROOT_BASE / "clusters"
         if not clusters.is_dir():
             return
@@ -183,7 +216,9 @@ class EmbeddedPostgres:
                 points_here = source.is_symlink() and source.resolve() == cluster.resolve()
             except OSError:
                 points_here = False
-            if not points_here and not (cluster / "postmaster.pid").exists():
+            if not points_here and not _server_runs(cluster):
+                log.info("deleting the embedded PostgreSQL cluster %s: its data directory %s is gone",
+                            cluster, source.parent)
                 shutil.rmtree(cluster, ignore_errors=True)
                 cluster.with_suffix(".source").unlink(missing_ok=True)
 
@@ -250,6 +285,8 @@ class EmbeddedPostgres:
         """Start (or reuse) the server; return the URL of the ``linectl`` database."""
         port = self.running_port()
         if port is not None:
+            if self._as_user:
+                self.prune_orphans()  # as a start does (_prepare_dirs)
             log.info("reusing embedded PostgreSQL on port %s (%s)", port, self.pgdata)
             self.port = port
             self._secure()

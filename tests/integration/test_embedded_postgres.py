@@ -11,6 +11,7 @@ import psycopg2
 import pytest
 
 from shared.db.embedded import EmbeddedPostgres
+from tests.support.waiting import wait_for
 
 
 def _scalar(url, sql):
@@ -167,3 +168,64 @@ def test_the_server_user_is_created_once_when_many_processes_start_at_once(tmp_p
         assert pwd.getpwnam(name)
     finally:
         subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="clusters are relocated (and pruned) only when run as root")
+def test_a_start_deletes_the_clusters_whose_data_directory_is_gone_and_no_other(tmp_path):
+    """Issue 56: deleting the data directory left its cluster for good once its server
+    had died without a clean stop (a stale postmaster.pid), or when the next start
+    reused a running server. Kept: a cluster with its data directory, one whose server
+    runs, and one linectl did not make (no note)."""
+    import secrets
+    import signal
+
+    from shared.db.embedded import ROOT_BASE
+
+    live, crashed, running = (tmp_path / name / "var" for name in ("live", "crashed", "running"))
+    unmarked = ROOT_BASE / "clusters" / f"made-by-someone-else-{secrets.token_hex(4)}"
+    unmarked.mkdir(parents=True)
+    servers = {d: EmbeddedPostgres(d / "pg", fast=True) for d in (live, crashed, running)}
+    try:
+        for server in servers.values():
+            server.start()
+        cluster = {d: servers[d].pgdata for d in servers}
+        postmaster = int((cluster[crashed] / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGKILL)  # a crash, or a reboot: its postmaster.pid stays
+        wait_for(lambda: not os.path.exists(f"/proc/{postmaster}"), 10, message="the killed server gone")
+        shutil.rmtree(crashed.parent)
+        shutil.rmtree(running.parent)  # deleted under a running server
+
+        EmbeddedPostgres(live / "pg").start()  # another start (reusing the running server)
+
+        assert not cluster[crashed].exists() and not cluster[crashed].with_suffix(".source").exists()
+        assert cluster[live].is_dir() and (live / "pg").resolve() == cluster[live].resolve()
+        assert cluster[running].is_dir()  # its server runs: never deleted under it
+        assert unmarked.is_dir()
+        assert _scalar(servers[live].url("postgres"), "SELECT 1") == 1
+    finally:
+        for server in servers.values():
+            server.remove()
+        unmarked.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="clusters are relocated (and removed apart) only when run as root")
+def test_the_suite_removes_the_clusters_of_its_own_temporary_directory(tmp_path):
+    """What tests/conftest.py does as the session ends, with the session's base
+    temporary directory: its clusters go (a running one stopped first), others stay."""
+    from tests.support.cluster_storage import remove_clusters_linked_under
+
+    session, elsewhere = tmp_path / "session", tmp_path / "elsewhere"
+    running = EmbeddedPostgres(session / "a" / "var" / "pg", fast=True)
+    idle = EmbeddedPostgres(session / "b" / "var" / "pg", fast=True)
+    other = EmbeddedPostgres(elsewhere / "var" / "pg", fast=True)
+    try:
+        running.start()
+        idle._prepare_dirs()
+        other._prepare_dirs()
+        assert sorted(remove_clusters_linked_under(session)) == sorted([running.pgdata, idle.pgdata])
+        assert running.running_port() is None and not running.pgdata.exists() and not idle.pgdata.exists()
+        assert other.pgdata.is_dir() and (elsewhere / "var" / "pg").resolve() == other.pgdata.resolve()
+    finally:
+        for server in (running, idle, other):
+            server.remove()

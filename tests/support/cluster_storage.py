@@ -11,6 +11,10 @@ As root, the embedded clusters live under ``LINECTL_EMBEDDED_PG_ROOT``
 (``shared.db.embedded``): it is set here, before that module is imported, for
 this process and the stacks it starts. A directory there that root does not own
 is not used: /dev/shm is writable by anyone.
+
+A cluster whose data directory a test made under the session's temporary
+directory goes with the session (:func:`remove_clusters_linked_under`), its
+server stopped first, whatever the test left running.
 """
 
 from __future__ import annotations
@@ -42,3 +46,29 @@ def keep_clusters_in_memory() -> None:
     if base.exists() and (base.is_symlink() or base.stat().st_uid != 0):
         return
     os.environ["LINECTL_EMBEDDED_PG_ROOT"] = str(base)
+
+
+def remove_clusters_linked_under(root: Path) -> list[Path]:
+    """As root: delete every embedded cluster whose link (``<data dir>/pg``, named by
+    its ``.source`` note) lies under ``root``, its server stopped first; the clusters
+    deleted. Under a test session's own temporary directory they are the session's."""
+    from shared.db.embedded import ROOT_BASE, EmbeddedPostgres  # after keep_clusters_in_memory()
+
+    clusters = ROOT_BASE / "clusters"
+    if os.geteuid() != 0 or not clusters.is_dir():
+        return []
+    root = root.absolute()
+    removed = []
+    for note in sorted(clusters.glob("*.source")):
+        try:
+            link = Path(note.read_text().strip())
+        except OSError:
+            continue
+        if root not in link.parents or (link.exists() and not link.is_symlink()):
+            continue
+        server = EmbeddedPostgres(link)  # relocated to the cluster the note is of
+        if server.pgdata.with_suffix(".source") != note:
+            continue
+        server.remove()
+        removed.append(server.pgdata)
+    return removed
