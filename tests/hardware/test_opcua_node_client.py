@@ -54,7 +54,8 @@ def test_node_opcua_drives_the_simulator_as_the_map_documents(layout, sim_option
     assert results, f"no result from node: {out[-2000:]}\n{err[-2000:]}"
     report = json.loads(results[-1])
     assert report["ok"], report
-    assert {"Robot", "Dock", "Buffer", "MC1", "MC2", "WASH1", "INSP1", "SimControl"} <= set(report["devices"])
+    assert {"Cell", "Robot", "Dock", "Buffer", "MC1", "MC2", "WASH1", "INSP1", "SimControl"} <= set(report["devices"])
+    assert report["values"]["Cell.Identity"] == layout.id  # the simulator serves its line's id
     assert {"AckId", "MachineryItemState", "Slot1", "Start", "Abort"} <= set(report["mc1Children"])
     assert report["values"]["Dock.Pieces"] == sim_options.pallet_size
     assert report["values"]["MC1.MachineryItemState"] == "NotExecuting"

@@ -33,6 +33,7 @@ try {
   const mc1Children = mc1.references.map((r) => r.browseName.name);
 
   const documented = {
+    "Cell.Identity": DataType.String,
     "Robot.AckId": DataType.UInt16, "Robot.State": DataType.UInt16, "Robot.DoneId": DataType.UInt16,
     "Robot.ErrorCode": DataType.UInt16, "Robot.Fault": DataType.UInt16, "Robot.ScanText": DataType.String,
     "Dock.Pieces": DataType.UInt16, "Dock.Arrivals": DataType.UInt16, "Buffer.Slot1": DataType.Boolean,
