@@ -50,7 +50,8 @@ def test_a_line_pointed_at_another_lines_simulator_sends_nothing_and_says_why(
         _says_who(_refused(received)["error"], "'cell-b'")
         status = call(container, "status")
         assert (status["plcConnected"], status["plcIdentity"]) == (False, "cell-b")
-        assert PLC_IDENTITY_MISMATCH in plc_down(status)  # what /readyz says of the line
+        _says_who(status["plcError"], "'cell-b'")
+        assert plc_down(status) == f"plc at {other.address} ({status['plcError']})"  # what /readyz says
         kind, result = outcome(container, received, "dock_to_buffer", "task-1", 1)
         assert (kind, result["errorCode"]) == (ev.ROBOT_ACTION_FAILED, ev.NOT_SENT)
         assert call(container, "plc_state")["connected"] is False
