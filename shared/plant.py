@@ -22,7 +22,7 @@ from shared.config.plc import parse_plc
 from shared.layout import YAML_LOADER, Layout, LayoutError, load_layout
 
 LINE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
-PLANT_KEYS = {"plant", "lines"}
+PLANT_KEYS = {"plant", "lines", "secrets"}
 PLANT_HEADER_KEYS = {"id", "name"}
 LINE_KEYS = {"layout", "plc", "simProtocol"}
 SIM_PROTOCOLS = ("modbus", "opcua")
@@ -54,6 +54,8 @@ class Plant:
     id: str
     name: str
     lines: tuple[PlantLine, ...]
+    # The plant file's ``secrets:``: a file of line database URLs (services.stack.line_credentials).
+    secrets_file: Path | None = None
 
     @property
     def default_line(self) -> PlantLine:
@@ -111,7 +113,11 @@ def load_plant(path: str | Path) -> Plant:
     plant_id = str(header.get("id") or lines[0].id)
     if not LINE_ID.match(plant_id):
         raise PlantError(f"{path}: plant.id: {plant_id!r} is not an id ({LINE_ID.pattern})")
-    return Plant(plant_id, str(header.get("name") or plant_id), tuple(lines))
+    secrets = data.get("secrets")
+    if secrets is not None and (not isinstance(secrets, str) or not secrets.strip()):
+        raise PlantError(f"{path}: secrets: expected the path of a secrets file (relative to the plant file)")
+    return Plant(plant_id, str(header.get("name") or plant_id), tuple(lines),
+                 (path.parent / secrets).resolve() if secrets else None)
 
 
 def _plant_line(path: Path, n: int, entry) -> PlantLine:

@@ -9,6 +9,7 @@ module in ``services/stack/commands/``.
     linectl backup    pg_dump of the database (embedded or LINECTL_DATABASE_URL)
     linectl restore   a backup into an empty database (--force: replace what is there)
     linectl users     local users: add, passwd, disable, enable, list
+    linectl lines     a line's database URL: lines credentials ID [--rotate]
 
 A bad setting, a bad plant file (``LINECTL_PLANT_FILE``) or a line the plant
 does not have stops any sub-command with one line naming it (exit status 2).
@@ -46,6 +47,7 @@ COMMANDS = {
     "restore": ("backup_restore:run_restore",
                 "restore a backup into an empty database (--force replaces what is there)"),
     "users": ("users:run", "local users: add, passwd, disable, enable, list"),
+    "lines": ("lines:run", "a line's database URL, its own login: credentials ID [--rotate]"),
 }
 
 
@@ -136,6 +138,14 @@ def _dump_args(p: argparse.ArgumentParser, *, restore: bool) -> None:
                        help="replace what the database holds (in the restore's one transaction)")
 
 
+def _lines_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="lines_command", required=True)
+    credentials = sub.add_parser("credentials", help="print the URL the line's processes log in with")
+    credentials.add_argument("line", metavar="ID", help="a line of the plant")
+    credentials.add_argument("--rotate", action="store_true",
+                             help="a new password, stored and set on the line's role (restart the line)")
+
+
 ARGUMENTS = {
     "migrate": _migrate_args,
     "purge": _retention_args,
@@ -146,6 +156,7 @@ ARGUMENTS = {
     "backup": functools.partial(_dump_args, restore=False),
     "restore": functools.partial(_dump_args, restore=True),
     "users": users_arguments.add_arguments,
+    "lines": _lines_args,
 }
 
 

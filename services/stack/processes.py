@@ -12,13 +12,17 @@ the line id on its command line (``run_service hardware --line cell-b``,
 (``services.stack.plant_lines``), named ``<kind>@<lineId>``; then one gateway
 and the retention job. ``lines`` narrows the lines to run (``--lines``, none
 for ``--no-lines``), ``central=False`` leaves out the gateway and retention.
+
+A line's processes get their line's database URL (its own login,
+``services.stack.line_credentials``), and no other: the owner's URL is the
+gateway's and retention's only.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from services.stack.plant_lines import line_env, lines_of, sim_port
 from services.stack.supervisor import ProcessSpec
@@ -54,6 +58,17 @@ def _spec(kind: str, argv: list[str], env: dict[str, str], name: str | None = No
                         takes_hangup=kind == "gateway", independent=kind == "retention")]
 
 
+def line_database_env(settings: Settings, url: str) -> dict[str, str | None]:
+    """A line's database in its processes' environment: its URL, and the
+    ``pgsql://`` transport on it (an explicit ``pgsql://`` URI would name another
+    login). No libpq password variable of the supervisor's reaches them."""
+    env: dict[str, str | None] = {"LINECTL_DATABASE_URL": url, "PGPASSWORD": None, "PGPASSFILE": None,
+                                  "PGSERVICEFILE": None, "PGUSER": None}
+    if (settings.amqp_uri or "pgsql:").startswith("pgsql:"):
+        env["LINECTL_AMQP_URI"] = "pgsql://" + url.split("://", 1)[1]
+    return env
+
+
 def _one_line(settings: Settings, env: dict[str, str]) -> list[ProcessSpec]:
     """The line of a deployment without a plant file: today's processes."""
     py = sys.executable
@@ -85,20 +100,28 @@ def _central(settings: Settings, env: dict[str, str]) -> list[ProcessSpec]:
     return specs
 
 
-def stack_processes(settings: Settings, database_url: str, plant: Plant | None = None,
-                    lines: Collection[str] | None = None, central: bool = True) -> list[ProcessSpec]:
+def stack_processes(settings: Settings, database_url: str | None, plant: Plant | None = None,
+                    lines: Collection[str] | None = None, central: bool = True,
+                    line_urls: Mapping[str, str] | None = None) -> list[ProcessSpec]:
     """The stack's processes; parts not built yet are left out. ``plant``: the plant
     file's (None: the one line of today's settings). ``lines``: the ids of the
     lines to run (None: every line; empty: none). ``central``: the gateway and
-    retention too."""
+    retention too, on ``database_url``. ``line_urls``: each line's own URL (a
+    line without one, with the roles off, gets ``database_url``)."""
+    line_urls = line_urls or {}
     env = {"LINECTL_DATABASE_URL": database_url}
+
+    def line_env_of(line_id: str | None) -> dict:
+        url = line_urls.get(line_id) if line_id else next(iter(line_urls.values()), None)
+        return line_database_env(settings, url) if url else env
+
     specs: list[ProcessSpec] = []
     if plant is None:
         if lines is None or lines:
-            specs += _one_line(settings, env)
+            specs += _one_line(settings, line_env_of(None))
     else:
         for line in lines_of(plant, lines):
-            specs += _plant_line(settings, plant, line, env)
+            specs += _plant_line(settings, plant, line, line_env_of(line.id))
     if central:
         specs += _central(settings, env)
     return specs

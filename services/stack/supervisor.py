@@ -31,7 +31,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 class ProcessSpec:
     name: str
     argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)  # None: not inherited from the supervisor
     grace_seconds: float = 10.0
     takes_hangup: bool = False  # SIGHUP to the supervisor is passed on to it
     # Nothing in the stack waits on it (the retention job): it is told to stop with
@@ -54,7 +54,8 @@ class Supervised:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        env = {**self.base_env, **self.spec.env, "PYTHONUNBUFFERED": "1"}
+        env = {name: value for name, value in {**self.base_env, **self.spec.env, "PYTHONUNBUFFERED": "1"}.items()
+               if value is not None}
         self.proc = subprocess.Popen(
             self.spec.argv,
             env=env,

@@ -2,31 +2,38 @@
 (PRODUCT.md, "Plant (several lines)"; issue 38), as real processes on a real
 PostgreSQL:
 
-- ``up`` with a two-line plant runs, per line, its simulator (on LINECTL_SIM_PORT
-  plus the line's place in the plant), hardware and line_controller, each with
-  the line id on its command line, then one gateway; its migrate step has
-  registered both lines (schema and role) before they start; ``/readyz`` (every
-  line's services and PLC) turns 200; the second line's controller answers under
-  its own name, and takes a work order through ``/api/lines/<id>/…``; SIGTERM
-  stops every line's processes. (A line's process is supervised as any other:
+- a two-line plant on three hosts: ``up --no-lines`` (the gateway; its migrate
+  step registers both lines, schema and role), and ``up --lines ID`` per line,
+  each given only its line's URL (``linectl lines credentials``; issue 56):
+  as LINECTL_DATABASE_URL, or in the plant file's secrets file. Each line runs
+  its simulator (on LINECTL_SIM_PORT plus the line's place in the plant),
+  hardware and line_controller, each with the line id on its command line;
+  ``/readyz`` (every line's services and PLC) turns 200; the second line's
+  controller answers under its own name, and takes a work order through
+  ``/api/lines/<id>/…``. Whatever a line's process holds (its environment, the
+  files it names) writes no other line's rows, nor the people, audit or AI
+  tables ("Line credentials"). SIGTERM stops every host's processes. (A line's process is supervised as any other:
   tests/unit/test_supervisor.py, tests/ops/test_plant.py's respawned controller.)
-- ``migrate`` registers the plant's lines.
+- ``migrate`` registers the plant's lines, and sets each line's login.
 - a line the plant does not have, or a bad plant file, stops ``up`` before
   anything starts, with one line naming it (exit status 2).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import psycopg2
 import pytest
 
+from shared.config import mask_url
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,48 +100,179 @@ def controller_status(amqp_uri: str, service: str) -> dict | None:
         return None
 
 
-def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plant_file, rabbit_uri):
-    # On RabbitMQ (tests/ops/test_plant.py runs a plant on pgsql://): a line's names work
-    # the same on both.
-    stack = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), "LINECTL_AMQP_URI": rabbit_uri},
-                          lines=len(LINES))
-    stack.up()
-    stack.wait_line("linectl: ready", 60)  # /readyz 200: both lines' services and PLCs
-    out = stack.output()
-    assert f"plant: {plant_file} (two-cells: cell-a, cell-b)" in out
-    assert ("processes: sim@cell-a, hardware@cell-a, line_controller@cell-a, "
-            "sim@cell-b, hardware@cell-b, line_controller@cell-b, gateway") in out
-    pids = {(kind, i): line_pid(stack, kind, i) for i in LINES for kind in KINDS}
-    assert all(pids.values()), f"a line's process is missing: {pids}\n{stack.ps()}"
-    ps = stack.ps().splitlines()[1:]
+def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plant_file, tmp_path, rabbit_uri):
+    # Three hosts on one machine, on RabbitMQ (tests/ops/test_plant.py runs a plant under one
+    # `up` on pgsql://): the gateway's (`up --no-lines`, the owner's URL: it migrates and
+    # registers both lines), and one line host per line, each given only its line's URL, as
+    # `linectl lines credentials` prints it: cell-a's as LINECTL_DATABASE_URL, cell-b's in the
+    # plant file's secrets file. A line host migrates nothing and starts no database.
+    transport = {"LINECTL_AMQP_URI": rabbit_uri}
+    central = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), **transport},
+                            command=UP + ["--no-lines"]).up()
+    central.wait_line("linectl is up", 60)
+    assert "processes: gateway" in central.output()
+    owner_url = central.database_url()
+    urls = {line_id: linectl_ok("lines", "credentials", line_id, env=central.env).stdout.strip() for line_id in LINES}
+    assert {line_id: login_of(url) for line_id, url in urls.items()} == {i: f"linectl_line_{i}" for i in LINES}
+
+    secrets = tmp_path / "line-secrets.yaml"
+    secrets.write_text(f"lines:\n  cell-b: {urls['cell-b']}\n")
+    secrets.chmod(0o600)
+    host_b_plant = tmp_path / "plant-b.yaml"
+    host_b_plant.write_text(plant_file.read_text() + f"secrets: {secrets.name}\n")
+    host_a = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(plant_file), **transport}, lines=len(LINES),
+                           command=UP + ["--lines", "cell-a"])
+    host_a.env["LINECTL_DATABASE_URL"] = urls["cell-a"]
+    host_b = stack_factory(extra_env={"LINECTL_PLANT_FILE": str(host_b_plant), **transport}, lines=len(LINES),
+                           command=UP + ["--lines", "cell-b"])
+    hosts = {"cell-a": host_a.up(), "cell-b": host_b.up()}
+    for line_id, host in hosts.items():
+        host.wait_line("linectl is up", 60)
+        assert f"processes: sim@{line_id}, hardware@{line_id}, line_controller@{line_id}" in host.output()
+        assert "database: each line's own login (nothing migrated here)" in host.output()
+        assert not (host.data_dir / "pg").exists()  # no database of its own
+    central.wait_line("linectl: ready", 60)  # /readyz 200: both lines' services and PLCs
+
+    pids = {(kind, i): line_pid(hosts[i], kind, i) for i in LINES for kind in KINDS}
+    assert all(pids.values()), f"a line's process is missing: {pids}\n{central.ps()}"
+    ps = central.ps().splitlines()[1:]
     for (kind, line_id), pid in pids.items():  # ps shows the line beside the kind
         assert any(line.split()[0] == str(pid) and f"{kind} --line {line_id}" in line for line in ps), \
             (kind, line_id)
-    assert stack.process("gateway")
-    assert all(listening(stack.sim_port + n) for n in range(len(LINES)))
-    assert stack.get("/readyz") == (200, {"status": "ready"})
+    assert central.process("gateway")
+    assert listening(host_a.sim_port) and listening(host_b.sim_port + 1)  # each line's place in the plant
+    assert central.get("/readyz") == (200, {"status": "ready"})
 
     # The migrate step registered both lines: the default one keeps public.
-    assert placements(stack.database_url()) == {"cell-a": ("public", "linectl_controller"),
-                                                "cell-b": ("line_cell-b", "linectl_line_cell-b")}
+    assert placements(owner_url) == {"cell-a": ("public", "linectl_controller"),
+                                     "cell-b": ("line_cell-b", "linectl_line_cell-b")}
     # The second line's controller answers under its own name on the transport (the
     # default line's keeps its plain one; /readyz asked both).
-    assert isinstance(wait_for(lambda: controller_status(stack.amqp_uri(), "line_controller@cell-b"), 20, 0.2,
+    assert isinstance(wait_for(lambda: controller_status(central.amqp_uri(), "line_controller@cell-b"), 20, 0.2,
                                "line_controller@cell-b.status()"), dict)
 
     # A work order of the second line, its code generated: a row of cell-b's schema, none of public's.
-    token = stack.token("operator")
-    code, order = stack.request("POST", "/api/lines/cell-b/work-orders", {"productId": "SHAFT-B", "quantity": 1},
-                                token)
+    token = central.token("operator")
+    code, order = central.request("POST", "/api/lines/cell-b/work-orders", {"productId": "SHAFT-B", "quantity": 1},
+                                  token)
     assert code == 201 and order["lineId"] == "cell-b" and order["code"].startswith("WO-"), order
-    assert stack.get(f"/api/lines/cell-a/work-orders/{order['id']}", token)[0] == 404
-    assert scalar(stack.database_url(), 'SELECT count(*) FROM "line_cell-b".work_order WHERE code = %s',
-                  order["code"]) == 1
-    assert scalar(stack.database_url(), "SELECT count(*) FROM public.work_order WHERE code = %s",
-                  order["code"]) == 0
+    assert central.get(f"/api/lines/cell-a/work-orders/{order['id']}", token)[0] == 404
+    assert scalar(owner_url, 'SELECT count(*) FROM "line_cell-b".work_order WHERE code = %s', order["code"]) == 1
+    assert scalar(owner_url, "SELECT count(*) FROM public.work_order WHERE code = %s", order["code"]) == 0
 
-    assert stack.terminate(30) == 0
-    assert wait_for(lambda: not stack.pids(), 20, 0.1, "no process of the stack left")
+    # Line credentials: whatever a line's process holds (its environment, and every file it is
+    # pointed at) writes neither another line's rows nor the people, audit or AI tables.
+    superuser_password = urlsplit(owner_url).password
+    for (kind, line_id), pid in pids.items():
+        env = environ_of(pid)
+        held = credentials_held(env)
+        assert urls[line_id] in held, (kind, line_id, held)  # it holds its line's URL, and logs in with it
+        assert try_writes(urls[line_id], [f"DELETE FROM {TABLE_OF[line_id]}.loop_message WHERE false"]) == [None]
+        assert not any(superuser_password in value for value in env.values()), (kind, line_id)
+        assert not any(superuser_password in text for text in pointed_files(env).values()), (kind, line_id)
+        for url in held:
+            writes = forbidden_writes(line_id)
+            for sql, refused in zip(writes, try_writes(url, writes), strict=True):
+                refused = refused or "it wrote"
+                assert refused.startswith("permission denied") or "password authentication failed" in refused, \
+                    f"{kind}@{line_id} with {mask_url(url)}: {sql}: {refused}"
+
+    for stack in (host_a, host_b, central):
+        assert stack.terminate(30) == 0
+        assert wait_for(lambda stack=stack: not stack.pids(), 20, 0.1, "no process of the stack left")
+
+
+UP = [sys.executable, "-m", "services.stack.cli", "up"]
+TABLE_OF = {"cell-a": "public", "cell-b": '"line_cell-b"'}
+DATABASE_SCHEMES = ("postgresql://", "postgres://", "pgsql://")
+
+
+def login_of(url: str) -> str | None:
+    return urlsplit(url).username
+
+
+def linectl_ok(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = linectl(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def pointed_files(env: dict[str, str]) -> dict[str, str]:
+    """The text of every file the environment names, and of the secrets file a plant file names."""
+    files = {}
+    for value in env.values():
+        path = Path(value)
+        if value.startswith("/") and path.is_file() and path.stat().st_size < 1_000_000:
+            files[value] = path.read_text(errors="replace")
+    if env.get("LINECTL_PLANT_FILE"):
+        from shared.plant import load_plant
+
+        secrets = load_plant(env["LINECTL_PLANT_FILE"]).secrets_file
+        if secrets is not None:
+            files[str(secrets)] = secrets.read_text()
+    return files
+
+
+def credentials_held(env: dict[str, str]) -> set[str]:
+    """Every database URL in the environment or in a file it names; a file's other
+    words (a password) tried as the superuser and as each line's login."""
+    found = [v for v in env.values() if v.startswith(DATABASE_SCHEMES)]
+    for text in pointed_files(env).values():
+        found += [word for word in text.split() if word.startswith(DATABASE_SCHEMES)]
+    urls = {"postgresql://" + url.split("://", 1)[1] for url in found}
+    server = next(iter(urls), None)  # a password alone: tried on the same server
+    for text in pointed_files(env).values():
+        for word in {w.strip() for w in text.split()} if server and len(text) < 200 else ():
+            for user in ("postgres", *(f"linectl_line_{i}" for i in LINES)):
+                urls.add(with_user(server, user, word))
+    return urls
+
+
+def with_user(url: str, user: str, password: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{user}:{quote(password, safe='')}@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
+def forbidden_writes(line_id: str) -> list[str]:
+    other = TABLE_OF["cell-b" if line_id == "cell-a" else "cell-a"]
+    return [f"INSERT INTO {other}.work_order DEFAULT VALUES", f"UPDATE {other}.work_order SET priority = 1",
+            f"DELETE FROM {other}.job", f"INSERT INTO {other}.audit_log DEFAULT VALUES",
+            f"DELETE FROM {other}.event_log",
+            "INSERT INTO people_user DEFAULT VALUES", "DELETE FROM people_session",
+            "INSERT INTO people_audit DEFAULT VALUES",
+            "INSERT INTO ai_runtime_job DEFAULT VALUES", "DELETE FROM ai_credential"]
+
+
+@functools.cache
+def _refusals(url: str, statements: tuple[str, ...]) -> tuple[str | None, ...]:
+    try:
+        conn = psycopg2.connect(url, connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        return (str(exc).strip().splitlines()[0],) * len(statements)
+    said = []
+    try:
+        for sql in statements:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql)
+                said.append(None)
+            except psycopg2.Error as exc:
+                said.append(str(exc).strip().splitlines()[0])
+            conn.rollback()
+    finally:
+        conn.close()
+    return tuple(said)
+
+
+def try_writes(url: str, statements: list[str]) -> list[str | None]:
+    """For each statement, PostgreSQL's refusal (at login or of the statement), or
+    None when it wrote (each is rolled back). A line's processes hold the same: asked once."""
+    return list(_refusals(url, tuple(statements)))
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -147,8 +285,11 @@ def test_migrate_registers_the_plants_lines(db_url, plant_file, tmp_path):
                    LINECTL_DATA_DIR=str(tmp_path / "data"))
     done = linectl("migrate", env=env)
     assert done.returncode == 0, done.stderr
-    assert "line cell-a: schema public, role linectl_controller" in done.stdout
-    assert "line cell-b: schema line_cell-b, role linectl_line_cell-b" in done.stdout
+    data = tmp_path / "data"
+    assert (f"line cell-a: schema public, role linectl_controller, login linectl_line_cell-a"
+            f" (password in {data / 'lines' / 'cell-a.password'})") in done.stdout
+    assert "line cell-b: schema line_cell-b, role linectl_line_cell-b, login linectl_line_cell-b" in done.stdout
+    assert (data / "lines" / "cell-b.password").stat().st_mode & 0o077 == 0
     assert placements(db_url) == {"cell-a": ("public", "linectl_controller"),
                                   "cell-b": ("line_cell-b", "linectl_line_cell-b")}
 

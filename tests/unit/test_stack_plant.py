@@ -98,6 +98,28 @@ def test_lines_runs_only_those_lines_and_no_lines_only_the_gateway(plant_file):
     assert [s.name for s in processes(settings, no_lines=True)] == ["gateway", "retention"]
 
 
+def test_each_line_s_processes_get_their_line_s_url_only(plant_file):
+    """"Line credentials": the owner's URL is the gateway's; a line's processes get their
+    line's own login, the pgsql:// transport on it, and no libpq password of the supervisor's."""
+    own = {i: f"postgresql://linectl_line_{i}:pw-{i}@db:5432/linectl" for i in ("cell-a", "cell-b", "cell-c")}
+    settings = settings_of(PLANT_FILE=plant_file, RETENTION_INTERVAL_SECONDS=60)
+    plant, ids = plant_here(settings)
+    for spec in stack_processes(settings, URL, plant, ids, line_urls=own):
+        kind, _, line_id = spec.name.partition("@")
+        if not line_id:
+            assert spec.env == {"LINECTL_DATABASE_URL": URL}
+            continue
+        assert spec.env["LINECTL_DATABASE_URL"] == own[line_id]
+        assert spec.env["LINECTL_AMQP_URI"] == "pgsql://" + own[line_id].split("://")[1]
+        assert spec.env["PGPASSWORD"] is None  # not inherited (services.stack.supervisor)
+    rabbit = settings_of(PLANT_FILE=plant_file, AMQP_URI="amqp://mq:5672/linectl")
+    spec = stack_processes(rabbit, URL, plant, ["cell-b"], central=False, line_urls=own)[0]
+    assert "LINECTL_AMQP_URI" not in spec.env
+    # Without a plant file: the one line's URL.
+    specs = stack_processes(settings_of(), URL, None, line_urls={"demo-cell": own["cell-a"]})
+    assert [s.env["LINECTL_DATABASE_URL"] for s in specs] == [own["cell-a"]] * 3 + [URL] * 2
+
+
 def test_an_unknown_line_or_a_bad_plant_file_is_one_line_naming_it(plant_file, tmp_path):
     settings = settings_of(PLANT_FILE=plant_file)
     with pytest.raises(PlantError, match=r"^--lines cell-x: the plant has no such line \(its lines: "
@@ -138,3 +160,35 @@ def test_sim_of_a_line_takes_its_layout_protocol_and_port(plant_file):
     plain = settings_of(SIM_PORT=6000, LINE_FILE=DEPLOY / "lines/cell-c.yaml")
     layout, _file, port, protocol = sim_command._line(plain, parser.parse_args(["sim"]))
     assert (layout.id, port, protocol) == ("cell-c", 6000, "modbus")
+
+
+def test_a_plant_file_s_secrets_file_gives_line_urls_or_one_line_naming_what_is_wrong(plant_file, tmp_path):
+    from services.stack.line_credentials import LineCredentialsError, given_logins, given_urls
+    from shared.plant import load_plant
+
+    secrets = tmp_path / "line-secrets.yaml"
+    with_secrets = tmp_path / "plant-s.yaml"
+    with_secrets.write_text(plant_file.read_text() + "secrets: line-secrets.yaml\n")
+    url_b = "postgresql://linectl_line_cell-b:s3cret@db1:5432,db2:5432/linectl?target_session_attrs=read-write"
+    secrets.write_text(f"lines:\n  cell-b: {url_b}\n")
+    secrets.chmod(0o600)
+    plant = load_plant(with_secrets)
+    assert plant.secrets_file == secrets and given_urls(plant) == {"cell-b": url_b}
+    settings = settings_of(PLANT_FILE=with_secrets)
+    assert given_logins(settings, plant, ["cell-b"]) == {"cell-b": url_b}  # a line host: nothing to migrate
+    assert given_logins(settings, plant, ["cell-a", "cell-b"]) is None  # cell-a has none: the owner migrates
+    own_a = "postgresql://linectl_line_cell-a:pw@db1:5432/linectl"
+    assert given_logins(settings_of(PLANT_FILE=with_secrets, DATABASE_URL=own_a), plant, ["cell-a", "cell-b"]) == {
+        "cell-a": own_a, "cell-b": url_b}
+    for text, mode, said in (
+            (f"lines:\n  cell-b: {url_b}\n", 0o644, "others may read it (mode 644); run chmod 600 on it"),
+            (f"lines:\n  cell-x: {url_b}\n", 0o600, "lines.cell-x: the plant has no such line"),
+            ("lines:\n  cell-a: postgresql://postgres:pw@db1/linectl\n", 0o600,
+             "lines.cell-a: expected linectl_line_cell-a and its password in the URL, got postgresql://postgres:***@"),
+            ("users: {}\n", 0o600, "expected 'lines:' mapping line ids to database URLs")):
+        secrets.write_text(text)
+        secrets.chmod(mode)
+        with pytest.raises(LineCredentialsError) as err:
+            given_urls(plant)
+        assert said in str(err.value) and "\n" not in str(err.value)
+        assert "s3cret" not in str(err.value)

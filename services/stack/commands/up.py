@@ -4,8 +4,12 @@ every process of the stack under one supervisor, with a start-up summary.
 With a plant file: every line's processes, then one gateway and retention;
 ``--lines ID[,ID…]`` only those lines' processes (a line host), ``--no-lines``
 only the gateway and retention. The migrate step registers every line of the
-plant (its schema and role) before any line's service starts. A bad plant file
-or an unknown line stops start-up before anything starts (exit status 2)."""
+plant (its schema and role) before any line's service starts, and sets the login
+of each line run here (``services.stack.line_credentials``): a line's processes
+get that line's URL only. A line host given its lines' own URLs (``--lines``,
+with ``LINECTL_DATABASE_URL`` a line's, or the plant file's secrets file)
+migrates nothing and starts no database. A bad plant file or an unknown line
+stops start-up before anything starts (exit status 2)."""
 
 from __future__ import annotations
 
@@ -14,13 +18,14 @@ import threading
 
 from services.identity import bootstrap
 from services.stack.commands.database import database_url, stop_if_started
-from services.stack.migrate import register_plant, upgrade
+from services.stack.line_credentials import check_migrated, ensure_logins, given_logins
+from services.stack.migrate import current_heads, register_plant, upgrade
 from services.stack.plant_lines import plant_here
 from services.stack.processes import stack_processes
 from services.stack.readiness import ReadinessWatch
 from services.stack.supervisor import Supervisor
 from shared.config import Settings, check_bind, ensure_tokens, mask_url
-from shared.plant import Plant
+from shared.plant import Plant, plant_of
 
 
 def _print_lines(settings: Settings, plant: Plant | None, lines) -> None:
@@ -34,7 +39,8 @@ def _print_lines(settings: Settings, plant: Plant | None, lines) -> None:
 def _print_summary(settings: Settings, url: str, server, specs, page: str, plant=None, lines=None) -> None:
     print("linectl is up")
     print(f"database: {mask_url(url)}" + (f" (embedded, data in {server.requested},"
-                                         f" password in {server.password_file})" if server else ""))
+                                         f" password in {server.password_file})" if server else "")
+          if url else "database: each line's own login (nothing migrated here)")
     print(f"page: {page}")
     _print_lines(settings, plant, lines)
     print(f"data directory: {settings.data_dir.resolve()}")
@@ -52,13 +58,20 @@ def run(settings: Settings, args) -> int:
     if central:
         check_bind(settings)  # before anything starts: no plain HTTP on a non-loopback address
     plant, lines = plant_here(settings, getattr(args, "lines", None), getattr(args, "no_lines", False))
-    url, server = database_url(settings)
-    upgrade(url)
-    if plant is not None:
-        register_plant(url, plant)  # every line's schema and role, before its services start
+    line_plant = plant or plant_of(settings)  # the one line of a deployment without a plant file
+    here = line_plant.line_ids if lines is None else lines
+    line_urls = None if central else given_logins(settings, plant, here)
+    if line_urls is not None:  # a line host with its lines' own logins: nothing to migrate here
+        url, server = None, None
+        check_migrated(line_urls, current_heads())
+    else:
+        url, server = database_url(settings)
+        upgrade(url)
+        register_plant(url, line_plant)  # every line's schema and role, before its services start
+        line_urls = ensure_logins(url, settings, line_plant, here) if settings.db_roles else {}
     admin_password = bootstrap.initial_admin_at(url, settings) if central else None
     settings = ensure_tokens(settings) if central else settings
-    specs = stack_processes(settings, url, plant, lines, central=central)
+    specs = stack_processes(settings, url, plant, lines, central=central, line_urls=line_urls)
     page = f"{'https' if settings.tls else 'http'}://{settings.http_host}:{settings.http_port}/"
 
     def say(line):
