@@ -12,7 +12,7 @@ One module per area, each with its fields, what is derived from them and their
 parsers: ``database``, ``transport`` (and the nameko config), ``line`` (data
 directory, layout, logging, the loop's timings), ``gateway``, ``plc`` (the PLC,
 its protocol, the simulator), ``tokens``, ``ai``, ``retention``, ``people`` (sessions,
-LDAP, TLS); ``settings``
+LDAP, TLS), ``mqtt`` (the northbound broker); ``settings``
 joins them and reads them; ``parse`` holds the shared parsers.
 """
 
@@ -20,6 +20,7 @@ from .ai import AiSettings
 from .database import DatabaseSettings, mask_url
 from .gateway import GatewaySettings
 from .line import LAYOUT_NAME, LineSettings, default_line_file
+from .mqtt import MqttSettings
 from .parse import PREFIX, SettingsError
 from .people import PeopleSettings, check_bind
 from .plc import PlcSettings
@@ -40,7 +41,8 @@ from .transport import TransportSettings, nameko_config
 
 __all__ = [
     "AiSettings", "DatabaseSettings", "GatewaySettings", "LAYOUT_NAME", "LineSettings", "MAX_RETENTION_DAYS",
-    "MIN_TOKEN_LENGTH", "PLACEHOLDER_MARKERS", "PeopleSettings", "PREFIX", "PlcSettings", "ROLES", "RetentionSettings",
+    "MIN_TOKEN_LENGTH", "MqttSettings", "PLACEHOLDER_MARKERS", "PeopleSettings", "PREFIX", "PlcSettings", "ROLES",
+    "RetentionSettings",
     "Settings", "SettingsError", "TokenHolder", "check_bind", "TokenSettings", "TransportSettings", "default_line_file",
     "ensure_tokens", "load_settings", "mask_url", "nameko_config", "parse_tokens", "parse_tokens_file",
     "read_tokens_file",

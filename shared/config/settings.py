@@ -10,14 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from . import ai, database, gateway, line, people, plc, retention, tokens, transport
+from . import ai, database, gateway, line, mqtt, people, plc, retention, tokens, transport
 from .parse import PREFIX, SettingsError
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings(database.DatabaseSettings, transport.TransportSettings, line.LineSettings,
                gateway.GatewaySettings, plc.PlcSettings, tokens.TokenSettings, ai.AiSettings,
-               retention.RetentionSettings, people.PeopleSettings):
+               retention.RetentionSettings, people.PeopleSettings, mqtt.MqttSettings):
     """Every setting, each area's from its module."""
 
     def replace(self, **changes) -> Settings:
@@ -26,7 +26,7 @@ class Settings(database.DatabaseSettings, transport.TransportSettings, line.Line
 
 # LINECTL_<name> -> (field, parser), in the order they are read
 PARSERS = {**database.PARSERS, **transport.PARSERS, **line.PARSERS, **gateway.PARSERS, **plc.PARSERS,
-           **tokens.PARSERS, **ai.PARSERS, **retention.PARSERS, **people.PARSERS}
+           **tokens.PARSERS, **ai.PARSERS, **retention.PARSERS, **people.PARSERS, **mqtt.PARSERS}
 
 
 def _from_config_file(config_file: str) -> dict[str, str]:
@@ -62,4 +62,5 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         values[field] = parser(key, text)
     tokens.tokens_from_file(values)
     people.check_people(values)
+    mqtt.check_mqtt(values)
     return Settings(**values)
