@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from services.stack.line_credentials import with_login
 from shared.db.engine import make_engine
-from shared.db.lines import login_role_for, register_lines, set_login
+from shared.db.lines import LineNotPlaced, line_placement, login_role_for, register_lines, set_login
 from shared.db.retention import RetentionPolicy, purge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,6 +215,10 @@ def test_a_line_s_login_writes_its_own_line_and_the_transport_only(engine, login
     # The line in public takes linectl_controller, as its controller's connections do.
     assert _try(urls[a], "SET ROLE linectl_controller; INSERT INTO work_order (code, product_id, route, quantity)"
                          " VALUES ('Y', 'P', '[]', 1)") is None
+    # A controller finds its line's place with its login; a line not registered yet it may not make.
+    assert line_placement(urls[b], b, default=False) == placed[b]
+    with pytest.raises(LineNotPlaced, match="its login may not make them: run `linectl migrate`"):
+        line_placement(urls[b], "unregistered", default=False)
 
 
 def test_a_line_s_transport_sees_other_logins_consumers_alive(engine, logins):
