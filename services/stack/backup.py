@@ -166,7 +166,8 @@ def _drop_statements(relations) -> list[str]:
     return ([f"DROP SCHEMA IF EXISTS {quote(s)} CASCADE;" for s in schemas]
             + [f"DROP {keyword[k]} IF EXISTS {quote(s)}.{quote(n)} CASCADE;"
                for s, n, k in sorted(relations, key=lambda r: order[r[2]]) if s == "public"]
-            + ["DROP FUNCTION IF EXISTS public.next_work_order_number();"])
+            + ["DROP FUNCTION IF EXISTS public.next_work_order_number();",
+               "DROP FUNCTION IF EXISTS public.mq_backend_started(integer);"])
 
 
 def restore(url: str, source: Path, bin_dir: Path, *, force: bool = False) -> None:
