@@ -27,6 +27,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from services.ai_runtime import cli as runtime_cli
 from services.stack.commands import users_arguments
+from services.stack.supervisor import CannotRun
 from shared.config import MAX_RETENTION_DAYS, SettingsError, load_settings
 from shared.logs import configure_logging
 from shared.plant import PlantError
@@ -210,6 +211,9 @@ def _run(args) -> int:
     except PlantError as exc:
         print(f"linectl {args.command}: {exc}", file=sys.stderr)
         return 2
+    except CannotRun as exc:  # a simulator's port is another's: stopped, one line says so
+        print(f"linectl {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

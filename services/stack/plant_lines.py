@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from services.hardware.sim.serving import cannot_listen
+from services.stack.supervisor import CannotRun
 from shared.config import Settings
 from shared.plant import Plant, PlantError, PlantLine, plant_of
 
@@ -69,6 +71,23 @@ def line_env(settings: Settings, plant: Plant, line: PlantLine) -> dict[str, str
     if settings.plant_file:
         env["LINECTL_PLANT_FILE"] = str(Path(settings.plant_file).resolve())
     return env
+
+
+def check_sim_ports(settings: Settings, plant: Plant | None, line_ids: Iterable[str] | None) -> None:
+    """Before anything starts: every simulator ``linectl up`` would run here can
+    listen on its port. A port another holds (another stack's simulator, most
+    likely) is :class:`~services.stack.supervisor.CannotRun`, one line naming it:
+    the line's hardware would otherwise serve the line from whatever answers there."""
+    if plant is None:
+        wanted = [("", settings.sim_port)] if settings.plc == "sim" and line_ids != () else []
+    else:
+        wanted = [(f" of line {line.id}", sim_port(settings, plant, line))
+                  for line in lines_of(plant, line_ids) if line.plc == "sim"]
+    for whose, port in wanted:
+        why = cannot_listen(settings.sim_host, port)
+        if why is not None:
+            raise CannotRun(f"the simulator{whose} cannot listen on {settings.sim_host}:{port} ({why}): another "
+                            "simulator or stack holds the port; stop it, or set LINECTL_SIM_PORT")
 
 
 def lines_of(plant: Plant, line_ids: Iterable[str] | None) -> tuple[PlantLine, ...]:

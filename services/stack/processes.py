@@ -24,6 +24,7 @@ import importlib.util
 import sys
 from collections.abc import Collection, Mapping
 
+from services.hardware.sim.serving import EXIT_CANNOT_LISTEN
 from services.stack.plant_lines import line_env, lines_of, sim_port
 from services.stack.supervisor import ProcessSpec
 from shared.config import Settings
@@ -55,7 +56,9 @@ def _spec(kind: str, argv: list[str], env: dict[str, str], name: str | None = No
     # The hardware's clean stop lets the robot finish its action (LINECTL_HW_STOP_GRACE, 25 s).
     grace = HARDWARE_STOP_SECONDS if kind == "hardware" else ProcessSpec.grace_seconds
     return [ProcessSpec(name=name or kind, argv=argv, env=env, grace_seconds=grace,
-                        takes_hangup=kind == "gateway", independent=kind == "retention")]
+                        takes_hangup=kind == "gateway", independent=kind == "retention",
+                        # a simulator whose port another holds stops the stack (no crash loop)
+                        fatal_exits=(EXIT_CANNOT_LISTEN,) if kind == "sim" else ())]
 
 
 def line_database_env(settings: Settings, url: str) -> dict[str, str | None]:

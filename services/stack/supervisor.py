@@ -3,7 +3,9 @@
 Each process gets its output prefixed with its name, is restarted with
 back-off when it dies, and is stopped in reverse start order (SIGTERM, then
 SIGKILL after a grace period) on Ctrl-C or SIGTERM; a process nothing else waits
-on (``independent``) is told to stop with the first. SIGHUP is passed on to the
+on (``independent``) is told to stop with the first. A process that exits with
+one of its ``fatal_exits`` (it cannot run here: a simulator's port is taken)
+stops the stack, which then raises :class:`CannotRun`. SIGHUP is passed on to the
 processes that take it (the gateway: its workers re-read the tokens file).
 """
 
@@ -37,6 +39,14 @@ class ProcessSpec:
     # Nothing in the stack waits on it (the retention job): it is told to stop with
     # the first process, not after every later one has stopped.
     independent: bool = False
+    # Exit statuses that say the process cannot run here at all (a simulator whose
+    # port another holds): the stack stops (:class:`CannotRun`) instead of restarting it.
+    fatal_exits: tuple[int, ...] = ()
+
+
+class CannotRun(Exception):
+    """A process of the stack cannot run (one of its ``fatal_exits``): the stack was
+    stopped; ``str()`` is one line saying why."""
 
 
 class Supervised:
@@ -51,6 +61,8 @@ class Supervised:
         self.next_start = 0.0
         self.started_at = 0.0
         self.terminated: subprocess.Popen | None = None  # the run SIGTERM was sent to
+        self.last_line = ""  # of its output: a process that cannot run says why last
+        self.pump: threading.Thread | None = None  # copies its output
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -67,7 +79,8 @@ class Supervised:
             bufsize=1,
         )
         self.started_at = time.monotonic()
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
+        self.pump.start()
         log.info("started %s (pid %s)", self.spec.name, self.proc.pid)
 
     def _pump(self, proc: subprocess.Popen) -> None:
@@ -76,6 +89,7 @@ class Supervised:
             with self._lock:
                 self.out.write(prefix + line)
                 self.out.flush()
+                self.last_line = line.strip() or self.last_line
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -108,6 +122,7 @@ class Supervisor:
         width = max([16] + [len(s.name) for s in specs])
         self.children = [Supervised(s, dict(env or os.environ), width=width) for s in specs]
         self._stop = threading.Event()
+        self.cannot_run: str | None = None  # why the stack stopped by itself
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
@@ -132,7 +147,8 @@ class Supervisor:
 
     def run(self, on_started=None, on_stopping=None) -> None:
         """Start every process, watch them until asked to stop, then stop them;
-        ``on_started(self)`` once all are started, ``on_stopping()`` when the stop begins."""
+        ``on_started(self)`` once all are started, ``on_stopping()`` when the stop begins.
+        Raises :class:`CannotRun` once stopped, when a process exited saying it cannot run."""
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGHUP, self.pass_on_hangup)
@@ -151,6 +167,8 @@ class Supervisor:
                     child.terminate()
             for child in reversed(self.children):
                 child.stop()
+        if self.cannot_run is not None:
+            raise CannotRun(self.cannot_run)
 
     def _watch(self) -> None:
         now = time.monotonic()
@@ -159,6 +177,12 @@ class Supervisor:
                 continue
             if child.next_start == 0.0:
                 code = child.proc.returncode if child.proc else None
+                if code in child.spec.fatal_exits and self.cannot_run is None:
+                    child.pump.join(1.0)  # its last words first
+                    self.cannot_run = (f"{child.spec.name} cannot run"
+                                       f" ({child.last_line or f'exit status {code}'}): stopped")
+                    self._stop.set()  # restarting it would only say the same again
+                    return
                 if now - child.started_at >= STABLE_SECONDS:
                     child.backoff = BACKOFF_FIRST  # it had been running: forget earlier crashes
                 child.next_start = now + child.backoff

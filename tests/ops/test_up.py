@@ -9,6 +9,8 @@ stack of their own: the second ``up`` here is as idle, and one start less.)"""
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from urllib.parse import quote
 
@@ -16,6 +18,8 @@ import psycopg2
 
 from shared.db.embedded import EmbeddedPostgres
 from tests.ops.stack import NAMES
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 from tests.support.waiting import wait_for
 
 CLEAN_STOP_SECONDS = 2.0
@@ -152,3 +156,25 @@ def live_rpc_consumers(url: str, service: str) -> int:
             return cur.fetchone()[0]
     finally:
         conn.close()
+
+
+def test_a_simulator_port_taken_before_start_up_stops_up_with_one_line_naming_it(tmp_path):
+    # Another stack's simulator, as far as a port can tell: a small process holds it.
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
+                               "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                               "print(s.getsockname()[1], flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(holder.stdout.readline())
+        env = {**os.environ, "LINECTL_DATA_DIR": str(tmp_path / "data"), "LINECTL_SIM_PORT": str(port),
+               "LINECTL_HTTP_PORT": str(free_port()), "LINECTL_EMBEDDED_PG_PORT": str(free_port())}
+        env.pop("LINECTL_DATABASE_URL", None)
+        up = subprocess.run([sys.executable, "-m", "services.stack.cli", "up"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    finally:
+        stop_process(holder, 5)
+    said = [line for line in (up.stdout + up.stderr).splitlines() if line.strip()]
+    assert up.returncode != 0
+    assert said == [f"linectl up: the simulator cannot listen on 127.0.0.1:{port} (Address already in use): "
+                    "another simulator or stack holds the port; stop it, or set LINECTL_SIM_PORT"], said
+    assert not (tmp_path / "data" / "pg").exists()  # it stopped before anything started

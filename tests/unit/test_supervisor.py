@@ -1,12 +1,17 @@
 """The supervisor's restart policy on real child processes: a crash loop backs
-off, a process that had been running comes back at once."""
+off, a process that had been running comes back at once, a process that cannot
+run here stops the stack."""
 
 import os
+import signal
 import sys
 import time
 
+import pytest
+
+from services.hardware.sim.serving import EXIT_CANNOT_LISTEN
 from services.stack import supervisor
-from services.stack.supervisor import ProcessSpec, Supervisor
+from services.stack.supervisor import CannotRun, ProcessSpec, Supervisor
 from tests.support.waiting import wait_for
 
 
@@ -43,3 +48,25 @@ def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypa
         finally:
             for child in sup.children:
                 child.stop()
+
+
+def test_a_process_that_cannot_run_stops_the_stack_instead_of_a_crash_loop():
+    # A simulator whose port another holds says so and exits EXIT_CANNOT_LISTEN (the
+    # port taken between linectl up's own look and its start, or while it was down).
+    sup = Supervisor([ProcessSpec("sim", ["/bin/sh", "-c", "echo 'linectl sim: cannot listen on 127.0.0.1:5020'; "
+                                          f"exit {EXIT_CANNOT_LISTEN}"], fatal_exits=(EXIT_CANNOT_LISTEN,)),
+                      ProcessSpec("hardware", [sys.executable, "-c", "import time; time.sleep(60)"])],
+                     env=dict(os.environ))
+    sim, hardware = sup.children
+    with open(os.devnull, "w") as devnull:
+        for child in sup.children:
+            child.out = devnull
+        handlers = {n: signal.getsignal(n) for n in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            with pytest.raises(CannotRun) as stopped:
+                sup.run()
+        finally:  # run() takes them over, as linectl up's main thread
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+    assert str(stopped.value) == "sim cannot run (linectl sim: cannot listen on 127.0.0.1:5020): stopped"
+    assert sim.restarts == 0 and not hardware.alive()

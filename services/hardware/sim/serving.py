@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,27 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 SHORT_PAUSE = 0.05  # seconds: a pause this short is slept through, even by a stop
 STOP_GRACE = 10.0  # seconds a signalled stop may take before the process just ends
+# ``linectl sim``'s exit status when it cannot listen on its port (sysexits' EX_UNAVAILABLE):
+# ``linectl up`` then stops, rather than restarting it while the port is another's.
+EXIT_CANNOT_LISTEN = 69
+
+
+def cannot_listen(host: str, port: int) -> str | None:
+    """Why a server cannot listen on ``host:port`` now (None: it can): bound and
+    released at once, as the servers bind (address reuse on, so a port in
+    TIME_WAIT is free, a port another process listens on is not)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return f"{host}: {exc.strerror or exc}"
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 class LoopServer:

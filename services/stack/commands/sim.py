@@ -6,17 +6,28 @@ LINECTL_SIM_PROTOCOL=opcua, OPC UA (deploy/OPCUA_MAP.md).
 layout, its ``simProtocol``, and its port, ``LINECTL_SIM_PORT`` plus the line's
 place in the plant file (``services.stack.plant_lines.sim_port``), the port
 ``linectl up`` gives that line's hardware service. ``--port`` and ``--protocol``
-still win."""
+still win.
+
+A port it cannot listen on (another simulator, another stack) is one line on
+stderr and exit status ``EXIT_CANNOT_LISTEN`` (69), no traceback: ``linectl up``
+stops on it rather than restart it while its line's hardware might reach
+another stack's simulator there."""
 
 from __future__ import annotations
 
 import sys
+import warnings
 
-from services.hardware.sim.model import SimOptions
-from services.stack.plant_lines import sim_port
-from shared.config import Settings
-from shared.layout import LayoutError, load_layout
-from shared.plant import PlantError, plant_of
+# The register map's module loads eventlet (the device port), which warns on import
+# that it is in bugfix mode: noise on the simulator's console (as run_service says).
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+
+from services.hardware.sim.model import SimOptions  # noqa: E402
+from services.hardware.sim.serving import EXIT_CANNOT_LISTEN, cannot_listen  # noqa: E402
+from services.stack.plant_lines import sim_port  # noqa: E402
+from shared.config import Settings  # noqa: E402
+from shared.layout import LayoutError, load_layout  # noqa: E402
+from shared.plant import PlantError, plant_of  # noqa: E402
 
 
 def _opcua_simulator(settings: Settings, layout, options: SimOptions, port: int):
@@ -75,11 +86,28 @@ def run(settings: Settings, args) -> int:
         return 2
     options = SimOptions(speed=settings.sim_speed, scrap_rate=args.scrap_rate, seed=args.seed,
                          pallet_size=args.pallet_size, pallet_seconds=args.pallet_seconds)
+    if not _port_free(settings.sim_host, port):
+        return EXIT_CANNOT_LISTEN
     if protocol == "opcua":
         sim = _opcua_simulator(settings, layout, options, port)
     else:
         sim = _modbus_simulator(settings, layout, options, port)
     if sim is None:
         return 2
-    sim.serve()
+    try:
+        sim.serve()
+    except (OSError, RuntimeError):  # pymodbus says only RuntimeError("Could not start listen")
+        if _port_free(settings.sim_host, port):
+            raise  # something else
+        return EXIT_CANNOT_LISTEN  # taken between the look and the listen
     return 0
+
+
+def _port_free(host: str, port: int) -> bool:
+    """Whether the simulator may listen on ``host:port``; if not, one line says so
+    (``linectl up`` stops on the exit status that follows, EXIT_CANNOT_LISTEN)."""
+    why = cannot_listen(host, port)
+    if why is not None:
+        print(f"linectl sim: cannot listen on {host}:{port} ({why}): another simulator or stack holds the "
+              "port; stop it, or choose another (LINECTL_SIM_PORT, --port)", file=sys.stderr, flush=True)
+    return why is None

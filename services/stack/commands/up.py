@@ -20,7 +20,7 @@ from services.identity import bootstrap
 from services.stack.commands.database import database_url, stop_if_started
 from services.stack.line_credentials import check_migrated, ensure_logins, given_logins
 from services.stack.migrate import current_heads, register_plant, upgrade
-from services.stack.plant_lines import plant_here
+from services.stack.plant_lines import check_sim_ports, plant_here
 from services.stack.processes import stack_processes
 from services.stack.readiness import ReadinessWatch
 from services.stack.supervisor import Supervisor
@@ -58,6 +58,7 @@ def run(settings: Settings, args) -> int:
     if central:
         check_bind(settings)  # before anything starts: no plain HTTP on a non-loopback address
     plant, lines = plant_here(settings, getattr(args, "lines", None), getattr(args, "no_lines", False))
+    check_sim_ports(settings, plant, lines)  # before the database starts: a taken port is one line
     line_plant = plant or plant_of(settings)  # the one line of a deployment without a plant file
     here = line_plant.line_ids if lines is None else lines
     line_urls = None if central else given_logins(settings, plant, here)
