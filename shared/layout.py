@@ -98,11 +98,8 @@ class PlcMap:
     dock_station: int
     buffer_station: int
     equipment: tuple[EquipmentRegisters, ...]
-    # ``plc.identity``: the identity the line's PLC must publish (PRODUCT.md, "PLC
-    # identity"); None: whatever it publishes is logged, not checked.
-    identity: str | None = None
-    # Where the identity block is (``plc.identityBlock.base``, default 0).
-    identity_base: int = 0
+    identity: str | None = None  # plc.identity: what the PLC must publish (None: logged, not checked)
+    identity_base: int = 0  # plc.identityBlock.base: where it publishes it (Modbus)
 
     def for_equipment(self, equipment_id: str) -> EquipmentRegisters:
         for e in self.equipment:
@@ -137,12 +134,6 @@ class Layout:
     # ``opcua:`` — per device (Robot, Dock, Buffer, an equipment id), signal or method
     # name → NodeId string replacing the default of deploy/OPCUA_MAP.md.
     opcua_nodes: dict[str, dict[str, str]] = field(default_factory=dict, compare=False)
-
-    @property
-    def served_identity(self) -> str:
-        """What a simulator of this line publishes as its PLC's identity: the
-        layout's ``plc.identity``, else the line's id."""
-        return (self.plc.identity if self.plc is not None else None) or self.id
 
     def equipment_by_id(self, equipment_id: str) -> EquipmentSpec:
         for e in self.equipment:
@@ -309,12 +300,7 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
     sim_control_base = _address(control, "base", "plc.simControl") if control else 0
     if control:
         blocks.append(("plc.simControl", sim_control_base, SIM_CONTROL_BLOCK))
-    identity = _identity(data)
-    identity_block = data.get("identityBlock") or {}
-    if not isinstance(identity_block, dict):
-        raise LayoutError("plc.identityBlock: expected a mapping with a base address")
-    identity_base = _address(identity_block, "base", "plc.identityBlock") if identity_block else 0
-    # Always there (the hardware reads it at every connect, set or not); at 0 unless moved.
+    identity, identity_base = _identity(data)  # the block is read at every connect, set or not
     blocks.append(("plc.identityBlock", identity_base, IDENTITY_BLOCK))
     dock_station = _address(dock, "station", "plc.dock")
     buffer_station = _address(buffer, "station", "plc.buffer")
@@ -336,8 +322,7 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
     blocks.sort(key=lambda b: b[1])
     for (name_a, base_a, size_a), (name_b, base_b, _size_b) in pairwise(blocks):
         if base_a + size_a > base_b:
-            hint = (" (the identity block is at 0 unless plc.identityBlock.base moves it)"
-                    if "plc.identityBlock" in (name_a, name_b) else "")
+            hint = " (at 0 unless plc.identityBlock.base moves it)" if "plc.identityBlock" in (name_a, name_b) else ""
             raise LayoutError(f"{name_b}: register block at {base_b} overlaps {name_a}"
                               f" ({base_a}..{base_a + size_a - 1}){hint}")
     if blocks[-1][1] + blocks[-1][2] > 65536:
@@ -351,24 +336,23 @@ def _parse_plc(data: dict, buffer_slots: int, equipment: list[EquipmentSpec]) ->
         dock_station=dock_station,
         buffer_station=buffer_station,
         equipment=tuple(regs),
-        identity=identity,
-        identity_base=identity_base,
+        identity=identity, identity_base=identity_base,
     )
 
 
-def _identity(data: dict) -> str | None:
-    """``plc.identity``: 1..32 printable ASCII characters (the PLC publishes it in
-    16 registers, or as the OPC UA ``Cell/Identity`` string)."""
-    if data.get("identity") is None:
-        return None
-    value = data["identity"]
-    if not isinstance(value, str) or not value:
+def _identity(data: dict) -> tuple[str | None, int]:
+    """``plc.identity`` (1..32 printable ASCII characters, or None) and the identity block's base (0 unless
+    ``plc.identityBlock.base``) of deploy/REGISTER_MAP.md; OPC UA publishes the identity as ``Cell/Identity``."""
+    value, block = data.get("identity"), data.get("identityBlock") or {}
+    if not isinstance(block, dict):
+        raise LayoutError("plc.identityBlock: expected a mapping with a base address")
+    if value is not None and (not isinstance(value, str) or not value):
         raise LayoutError(f"plc.identity: expected a string of 1..{IDENTITY_MAX} characters, got {value!r}")
-    if len(value) > IDENTITY_MAX:
+    if value is not None and len(value) > IDENTITY_MAX:
         raise LayoutError(f"plc.identity: at most {IDENTITY_MAX} characters, got {len(value)} ({value!r})")
-    if not all(" " <= c <= "~" for c in value) or value != value.strip():
+    if value is not None and (not all(" " <= c <= "~" for c in value) or value != value.strip()):
         raise LayoutError(f"plc.identity: printable ASCII without leading or trailing spaces, got {value!r}")
-    return value
+    return value, _address(block, "base", "plc.identityBlock") if block else 0
 
 
 # An OPC UA NodeId in its string form (OPC 10000-6 5.3.1.10): ns=<index> or

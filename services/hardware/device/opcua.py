@@ -31,12 +31,11 @@ from urllib.parse import urlsplit
 
 import eventlet
 import eventlet.event
-from asyncua import ua
 
 from services.hardware import opcua_map as M
 from services.hardware.device.asyncio_bridge import CallFailed, LoopClosed, LoopThread, NoAnswer
 from services.hardware.device.identity import IdentityCheck
-from services.hardware.device.opcua_errors import ProblemLog, quiet_asyncua_echoes, why_no_session
+from services.hardware.device.opcua_errors import ProblemLog, quiet_asyncua, why_no_session
 from services.hardware.device.opcua_session import (
     CONNECT_TIMEOUTS,
     connect,
@@ -44,6 +43,7 @@ from services.hardware.device.opcua_session import (
     granted_text,
     link_error,
     load_credentials,
+    read_identity,
     resolve,
     subscribe,
     variants,
@@ -109,8 +109,7 @@ class OpcUaPort(DevicePort):
         self._startup_waited = False
         self._credentials = load_credentials(self.options) if security != "none" else None
         self._bridge = LoopThread("opcua-driver")
-        _quiet_asyncua()
-        quiet_asyncua_echoes()
+        quiet_asyncua()
         self.problems = ProblemLog(self._say, clock)  # why no session opens, once a minute at most
         # Set on the driver's loop only (bound to it at their first wait there).
         self._stop = asyncio.Event()
@@ -180,7 +179,7 @@ class OpcUaPort(DevicePort):
         try:
             namespaces = await client.get_namespace_array()
             if self.identity is not None:  # before any other request: another PLC gets none
-                self.identity.check(await self._read_identity(client, namespaces))
+                self.identity.check(await read_identity(client, self.node_ids[M.IDENTITY], namespaces))
             self._namespaces = namespaces
             nodes = {key: client.get_node(resolve(self.node_ids[key], namespaces))
                      for key in [*self._watched, *M.devices(self.layout), *(m.key for m in M.methods(self.layout))]}
@@ -198,19 +197,6 @@ class OpcUaPort(DevicePort):
             await disconnect(client)
             raise
         return client, lost
-
-    async def _read_identity(self, client, namespaces: list[str]) -> str | None:
-        """``Cell/Identity`` (or the layout's NodeId for it); None for a server
-        without it (no such namespace or node, or not a string)."""
-        try:
-            node = client.get_node(resolve(self.node_ids[M.IDENTITY], namespaces))
-        except PlcUnavailable:  # no namespace of the map: not this map's PLC at all
-            return None
-        try:
-            value = await node.read_value()
-        except ua.UaStatusCodeError:  # BadNodeIdUnknown and the like: no identity published
-            return None
-        return value if isinstance(value, str) else None
 
     def _on_value(self, node_id, value) -> None:
         """One data-change notification (in the driver's thread)."""
@@ -392,19 +378,6 @@ class OpcUaPort(DevicePort):
         self._bridge.close(self._stop.set)
 
 
-def _quiet_asyncua() -> None:
-    """asyncua logs every request and publish at INFO: warnings and worse are news
-    (once: a level set later, to look into something, stays)."""
-    global _asyncua_quieted
-    if _asyncua_quieted:
-        return
-    _asyncua_quieted = True
-    asyncua_log = logging.getLogger("asyncua")
-    if asyncua_log.level < logging.WARNING:
-        asyncua_log.setLevel(logging.WARNING)
-
-
-_asyncua_quieted = False
 
 
 class _Notifications:

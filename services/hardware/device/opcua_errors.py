@@ -181,3 +181,20 @@ def quiet_asyncua_echoes() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _AsyncuaEcho) for f in logger.filters):
             logger.addFilter(_AsyncuaEcho())
+
+
+def quiet_asyncua() -> None:
+    """asyncua logs every request and publish at INFO: warnings and worse are news
+    (once: a level set later, to look into something, stays); its echoes of what
+    the driver reports itself are DEBUG (:func:`quiet_asyncua_echoes`)."""
+    global _asyncua_quieted
+    if _asyncua_quieted:
+        return
+    _asyncua_quieted = True
+    asyncua_log = logging.getLogger("asyncua")
+    if asyncua_log.level < logging.WARNING:
+        asyncua_log.setLevel(logging.WARNING)
+    quiet_asyncua_echoes()
+
+
+_asyncua_quieted = False

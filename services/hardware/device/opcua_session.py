@@ -164,6 +164,21 @@ def resolve(node_id: str, namespaces: list[str]) -> ua.NodeId:
     return ua.NodeId.from_string(node_id)
 
 
+async def read_identity(client: Client, node_id: str, namespaces: list[str]) -> str | None:
+    """What the server says it is: ``Cell/Identity`` (or the layout's NodeId for it,
+    ``node_id``); None for a server without it (no such namespace or node, or not a
+    String). Read before anything else of a session (device/identity.py)."""
+    try:
+        node = client.get_node(resolve(node_id, namespaces))
+    except PlcUnavailable:  # no namespace of the map: not this map's PLC at all
+        return None
+    try:
+        value = await node.read_value()
+    except ua.UaStatusCodeError:  # BadNodeIdUnknown and the like: no identity published
+        return None
+    return value if isinstance(value, str) else None
+
+
 def variants(args: list[tuple[Any, str]]) -> list[ua.Variant]:
     """Method inputs given as (value, variant type name; ``[]`` for an array)."""
     return [ua.Variant(v, getattr(ua.VariantType, t.removesuffix("[]"))) for v, t in args]

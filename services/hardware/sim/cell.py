@@ -57,7 +57,7 @@ class CellBase:
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self.identity = ""
-        self.serve_identity(layout.served_identity)
+        self.serve_identity(self.map.identity or layout.id)  # the layout's plc.identity, else the line's id
 
     # -- identity ----------------------------------------------------------------
 
