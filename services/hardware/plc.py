@@ -160,6 +160,8 @@ class PlcLink:
             self._client = None
 
     def _connected_client(self) -> ModbusTcpClient:
+        if self._client is not None and not self._client.connected:
+            self._drop()  # pymodbus closed it: its next request would reconnect unseen (and unchecked)
         if self._client is None:
             client = ModbusTcpClient(self.host, port=self.port, timeout=self.timeout, retries=0)
             if not client.connect():
