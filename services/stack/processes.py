@@ -38,6 +38,7 @@ MODULES = {  # what each kind of process runs: left out while it is not built
     "line_controller": "services.line_controller.service",
     "gateway": "gateway.app",
     "retention": "shared.db.retention",
+    "uns": "services.uns.publisher",
 }
 LINE_KINDS = ("sim", "hardware", "line_controller")
 
@@ -100,6 +101,8 @@ def _central(settings: Settings, env: dict[str, str]) -> list[ProcessSpec]:
     specs = _spec("gateway", [py, "-m", "gateway", "--name", "gateway"], env)
     if settings.retention_interval_seconds:
         specs += _spec("retention", [py, "-m", "services.stack.cli", "retention"], env)
+    if settings.mqtt_enabled:  # the northbound publisher (services.uns), only with a broker named
+        specs += _spec("uns", [py, "-m", "services.uns", "--name", "uns"], env)
     return specs
 
 

@@ -6,7 +6,8 @@
 * ``linectl_gateway``: the gateway's connections. Reads every line-control
   table, and writes only the AI tables (``ai_*``), as seed 000's "API", and
   the people tables (``people_*``: users, sessions, the access audit), which
-  the line_controller does not see.
+  the line_controller does not see, and the northbound publisher's
+  (``uns_*``; ``services.uns`` runs as this role).
 
 * ``linectl_lines``: what every line's login (``shared.db.lines``) may do
   beside its own line's tables: the message transport's rows (``mq_*``: read,
@@ -44,6 +45,7 @@ ROLES = (CONTROLLER, GATEWAY, LINES)
 
 AI_TABLE_PREFIX = "ai_"
 PEOPLE_TABLE_PREFIX = "people_"
+UNS_TABLE_PREFIX = "uns_"  # the northbound publisher's progress (services.uns), which runs as the gateway's role
 TRANSPORT_TABLE_PREFIX = "mq_"
 NOT_DOMAIN = ("alembic_version", "plant_line")  # plant_line: read by both, written by migrate
 
@@ -99,9 +101,9 @@ def apply(conn) -> bool:
                     ", ".join(sorted(set(ROLES) - present)), "the migrating user")
         return False
     tables = _tables(conn)
-    gateway_writes = [t for t in tables if t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX))]
-    line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX))
-            and t not in NOT_DOMAIN]
+    gateway_writes = [t for t in tables if t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX, UNS_TABLE_PREFIX))]
+    line = [t for t in tables if not t.startswith((AI_TABLE_PREFIX, PEOPLE_TABLE_PREFIX, TRANSPORT_TABLE_PREFIX,
+                                                   UNS_TABLE_PREFIX)) and t not in NOT_DOMAIN]
     transport = [t for t in tables if t.startswith(TRANSPORT_TABLE_PREFIX)]
     quoted = ", ".join
     statements = [

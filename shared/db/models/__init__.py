@@ -14,6 +14,7 @@ Three bounded contexts share the database, a module each:
 * ``people``: users, sessions, failed sign-ins and the access audit
   (people_*). Only ``services.identity`` writes them.
 * ``plant``: plant_line, where each line's tables live (``shared.db.lines``).
+* ``uns``: uns_node, the northbound publisher's progress per line (``services.uns``).
 * ``transport``: the pgsql:// message transport: mq_exchange, mq_queue,
   mq_binding, mq_consumer, mq_message, mq_dead_letter.
 
@@ -62,6 +63,7 @@ from shared.db.models.transport import (
     MqMessage,
     MqQueue,
 )
+from shared.db.models.uns import UnsNode
 from shared.db.models.vocabularies import (
     AI_API_KEY_MODES,
     AI_JOB_STATUSES,
@@ -92,7 +94,7 @@ __all__ = [
     "AiSnapshot", "Alarm", "AuditLog", "Dock", "Equipment", "EquipmentSlot", "EventLog", "Job",
     "LoopMessage", "MachineCycle", "MachineStateInterval", "ManualAction", "Task", "WorkOrder",
     "MQ_EXCHANGE_TYPES", "MqBinding", "MqConsumer", "MqDeadLetter", "MqExchange", "MqMessage",
-    "MqQueue", "PlantLine", "WORK_ORDER_STATUSES", "WORK_ORDER_TERMINAL", "JOB_STATUSES", "JOB_TERMINAL",
+    "MqQueue", "PlantLine", "UnsNode", "WORK_ORDER_STATUSES", "WORK_ORDER_TERMINAL", "JOB_STATUSES", "JOB_TERMINAL",
     "JOB_HELD", "JOB_LIVE",
     "POSITION_TYPES", "TASK_STATUSES", "TASK_TERMINAL", "SLOT_STATUSES", "EQUIPMENT_STATUSES",
     "ALARM_SEVERITIES", "ALARM_STATUSES", "ALARM_ACTIVE", "MACHINE_STATES",

@@ -1,0 +1,152 @@
+"""The plant's publisher process: ``python -m services.uns --name uns`` (``linectl
+up`` runs it when ``LINECTL_MQTT_URL`` is set).
+
+It waits for the plant's publisher lock (``services.uns.outbox.PublisherLock``:
+a standby on another host waits here), then runs one edge node per line of the
+plant (``services.uns.node``) and wakes each when its line commits: it
+consumes the line's ``line_events`` (the notification the gateway's stream
+gets, on ``pgsql://`` a PostgreSQL NOTIFY) and reads the log itself, so a lost
+wake-up costs a poll interval, never an event.
+
+If the lock's session is lost (the database failed over, or the connection
+broke) the process ends its sessions and exits with status 1: another
+publisher may hold the lock now, and ``linectl up`` starts this one again as a
+standby. A broker outage touches nothing else: the nodes keep storing in the
+event log, and neither ``/readyz`` nor any line looks at the broker."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from contextlib import ExitStack
+
+from kombu import Connection, Queue
+from nameko.standalone.events import get_event_exchange
+
+import shared.transport  # noqa: F401 - registers pgsql:// with kombu
+from services.uns.json_topics import JsonTopics
+from services.uns.node import EdgeNode
+from services.uns.outbox import LOCK_CHECK_SECONDS, LOCK_RETRY_SECONDS, LineOutbox, PublisherLock
+from services.uns.port import Format
+from services.uns.sparkplug import Sparkplug
+from shared.config import Settings, nameko_config
+from shared.db import roles
+from shared.db.engine import make_engine
+from shared.events import LINE_EVENTS, LineServices
+from shared.plant import Plant
+
+log = logging.getLogger(__name__)
+
+
+def formats_for(name: str, settings: Settings) -> list[Format]:
+    """The port's formats for ``LINECTL_MQTT_FORMAT``."""
+    return {"sparkplug": [Sparkplug()], "json": [JsonTopics(settings.uns_prefix)],
+            "both": [Sparkplug(), JsonTopics(settings.uns_prefix)]}[name]
+
+
+class LineWakes:
+    """One kombu consumer for every line's ``line_events``: a message wakes its line's node."""
+
+    def __init__(self, amqp_uri: str, nodes: dict[str, EdgeNode], services: dict[str, str]):
+        self.amqp_uri = amqp_uri
+        self.nodes = nodes
+        self.services = services  # line id -> its line_controller's service name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="uns-wakes", daemon=True)
+        self._conn = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        stopping = getattr(self._conn and self._conn.transport, "stopping", None)
+        if stopping is not None:
+            stopping()
+        self._thread.join(5)
+
+    def _queues(self) -> list[Queue]:
+        return [Queue(f"uns-events-{line_id}-{id(self):x}", exchange=get_event_exchange(service, {}),
+                      routing_key=LINE_EVENTS, durable=False, auto_delete=True)
+                for line_id, service in self.services.items()]
+
+    def _woken(self, line_id: str):
+        def woken(_body, message):
+            message.ack()
+            self.nodes[line_id].wake()
+        return woken
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with Connection(self.amqp_uri, connect_timeout=5, heartbeat=0) as conn, ExitStack() as consumers:
+                    self._conn = conn
+                    for queue, line_id in zip(self._queues(), self.services, strict=True):
+                        consumers.enter_context(conn.Consumer([queue], callbacks=[self._woken(line_id)],
+                                                              accept=["json"]))
+                    for node in self.nodes.values():
+                        node.wake()  # whatever came while not consuming
+                    while not self._stop.is_set():
+                        try:
+                            conn.drain_events(timeout=1)
+                        except TimeoutError:
+                            continue
+            except Exception:  # noqa: BLE001 - reconnect; the nodes poll meanwhile
+                log.warning("uns: the line events consumer lost its connection; reconnecting", exc_info=True)
+                self._stop.wait(1.0)
+
+
+class Publisher:
+    def __init__(self, settings: Settings, plant: Plant):
+        self.settings = settings
+        self.plant = plant
+        self.group = settings.sparkplug_group or plant.id
+        self.engine = make_engine(settings.database_url, role=settings.db_role(roles.GATEWAY),
+                                  pool_size=len(plant.lines) + 2)
+        self.lock = PublisherLock(self.engine)
+        self.stopping = threading.Event()
+        self.nodes: dict[str, EdgeNode] = {}
+
+    def request_stop(self, *_args) -> None:
+        self.stopping.set()
+
+    def run(self) -> int:
+        log.info("uns: waiting for the plant's publisher lock (a standby waits here)")
+        while not self.lock.try_take():
+            if self.stopping.wait(LOCK_RETRY_SECONDS):
+                return 0
+        log.info("uns: publisher lock taken; publishing %d line(s) to %s as %s (group %s)",
+                 len(self.plant.lines), self.settings.mqtt_url, self.settings.mqtt_format, self.group)
+        default = self.plant.default_line.id
+        for line in self.plant.lines:
+            outbox = LineOutbox(self.engine, line.id, default=line.id == default)
+            self.nodes[line.id] = EdgeNode(self.settings, line.id, line.layout, outbox,
+                                           formats_for(self.settings.mqtt_format, self.settings), self.group)
+        services = {line.id: LineServices.of_line(line.id, line.id == default).line_controller
+                    for line in self.plant.lines}
+        wakes = LineWakes(nameko_config(self.settings)["AMQP_URI"], self.nodes, services)
+        for node in self.nodes.values():
+            node.start()
+        wakes.start()
+        status = 0
+        while not self.stopping.wait(LOCK_CHECK_SECONDS):
+            if not self.lock.held():
+                log.error("uns: the publisher lock's session is lost; stopping (another publisher may take over)")
+                status = 1
+                break
+        wakes.stop()
+        for node in self.nodes.values():
+            node.stopping.set()
+        for node in self.nodes.values():
+            node.stop()
+        self.lock.release()
+        log.info("uns: stopped")
+        return status
+
+
+def serve(settings: Settings, plant: Plant) -> int:
+    publisher = Publisher(settings, plant)
+    signal.signal(signal.SIGTERM, publisher.request_stop)
+    signal.signal(signal.SIGINT, publisher.request_stop)
+    return publisher.run()

@@ -1,0 +1,87 @@
+"""The plant's data on a real MQTT broker (PRODUCT.md, "Northbound: MQTT and
+Sparkplug B"; issue 52): ``linectl up`` with ``LINECTL_MQTT_URL`` runs the
+publisher (``uns``), and a Sparkplug host application written from the
+specification (tests/support/sparkplug_host.py) watches a real mosquitto."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.mosquitto import Broker
+from tests.support.sparkplug_host import SparkplugHost
+from tests.support.waiting import wait_for
+
+GROUP = "test-plant"
+LINE = "demo-cell"
+DEVICES = {"MC1", "MC2", "WASH1", "INSP1", "ROBOT", "BUFFER", "DOCK"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def mqtt_broker(tmp_path):
+    broker = Broker(tmp_path / "mosquitto").start()
+    yield broker
+    broker.stop()
+
+
+def mqtt_env(broker: Broker, **extra: str) -> dict[str, str]:
+    return {"LINECTL_MQTT_URL": broker.url, "LINECTL_SPARKPLUG_GROUP": GROUP, **extra}
+
+
+def run_order(stack, token, quantity: int = 2) -> dict:
+    code, order = stack.request("POST", "/api/work-orders", {"productId": "BRACKET-A", "quantity": quantity}, token)
+    assert code == 201, order
+    assert stack.request("POST", f"/api/work-orders/{order['id']}/start", {}, token)[0] == 200
+    return order
+
+
+def completed(stack, token, order_id: int) -> bool:
+    return stack.get(f"/api/work-orders/{order_id}", token)[1].get("status") == "COMPLETED"
+
+
+def since_a_month() -> str:
+    return (datetime.now(UTC) - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def newest_seq(stack, token) -> int:
+    items, after = [], 0
+    while True:
+        code, page = stack.get(f"/api/events?after={after}&limit=500", token)
+        assert code == 200, page
+        items += page["items"]
+        if not page["nextCursor"]:
+            return items[-1]["seq"] if items else 0
+        after = page["nextCursor"]
+
+
+def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory, mqtt_broker):
+    host = SparkplugHost(mqtt_broker.url, GROUP)
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
+    try:
+        stack.wait_line("linectl: ready", 180)
+        assert stack.process("uns"), stack.ps()
+        token = stack.token("operator")
+        wait_for(lambda: host.of(LINE, "NBIRTH"), 60, 0.05, "the line's NBIRTH")
+        wait_for(lambda: {m.device for m in host.of(LINE, "DBIRTH")} >= DEVICES, 30, 0.05, "a DBIRTH per device")
+        birth = host.of(LINE, "NBIRTH")[0]
+        names = {m["name"] for m in birth.metrics}
+        assert {"/bdSeq", "/Node Control/Rebirth", "/Line/EventSeq", "/Line/Completed"} <= names
+        first = host.nodes[LINE].birth_event_seq
+        order = run_order(stack, token)
+        wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing")
+        last = newest_seq(stack, token)
+        wait_for(lambda: not host.missing_event_seqs(LINE, first + 1, last), 30, 0.05,
+                 lambda: f"every seq up to {last}; missing {host.missing_event_seqs(LINE, first + 1, last)[:20]}")
+        code, stats = stack.get(f"/api/plant/stats?from={since_a_month()}", token)
+        assert code == 200, stats
+        line = stats["lines"][0]
+        wait_for(lambda: host.nodes[LINE].live.get("/Line/Completed") == line["completed"], 10, 0.05,
+                 lambda: f"Completed {host.nodes[LINE].live.get('/Line/Completed')} == {line}")
+        assert host.nodes[LINE].live.get("/Line/Scrapped") == line["scrapped"] and line["completed"] >= 1
+        assert not host.errors, host.errors[:10]
+        assert all(not historical for _s, historical in host.event_seqs[LINE])
+    finally:
+        host.stop()

@@ -1,0 +1,126 @@
+"""A real MQTT broker for the tests: Debian's mosquitto, started on a free port
+with its own config in a temp directory (plain, TLS with a CA made here, a
+password file). Without mosquitto the tests that need it skip, except in CI
+(``CI=true``), where they fail: ``.ci/run`` installs it."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+
+MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
+
+
+def require_mosquitto() -> str:
+    if MOSQUITTO is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mosquitto is not installed (CI installs it: .ci/run)")
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    return MOSQUITTO
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def make_ca(directory: Path) -> dict[str, Path]:
+    """A CA, and a server certificate for 127.0.0.1/localhost signed by it (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "linectl test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    import ipaddress
+    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+              .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False).sign(ca_key, hashes.SHA256()))
+    files = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server.key"}
+    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return files
+
+
+class Broker:
+    """One mosquitto on 127.0.0.1:``port``; ``kill()`` and ``start()`` again on the same port."""
+
+    def __init__(self, directory: Path, *, tls: bool = False, users: dict[str, str] | None = None):
+        self.binary = require_mosquitto()
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.tls = make_ca(directory) if tls else None
+        lines = [f"listener {self.port} 127.0.0.1", "persistence false", "log_dest stderr",
+                 "log_type error", "log_type warning", "log_type notice",
+                 "max_inflight_messages 0", "max_queued_messages 100000"]
+        if users:
+            passwords = directory / "passwords"
+            passwords.write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
+            subprocess.run(["mosquitto_passwd", "-U", str(passwords)], check=True, capture_output=True)
+            lines += ["allow_anonymous false", f"password_file {passwords}"]
+        else:
+            lines.append("allow_anonymous true")
+        if self.tls:
+            lines += [f"cafile {self.tls['ca']}", f"certfile {self.tls['cert']}", f"keyfile {self.tls['key']}"]
+        self.config = directory / "mosquitto.conf"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.proc: subprocess.Popen | None = None
+        self.log = directory / "mosquitto.log"
+
+    @property
+    def url(self) -> str:
+        return f"{'mqtts' if self.tls else 'mqtt'}://127.0.0.1:{self.port}"
+
+    def start(self) -> Broker:
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log, "ab"), start_new_session=True)  # noqa: SIM115
+        wait_for(lambda: _answers(self.port) or self.proc.poll() is not None, 10, 0.02, "mosquitto listening")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"mosquitto exited: {self.log.read_text()[-2000:]}")
+        return self
+
+    def kill(self) -> None:
+        """``kill -9``: no goodbye to anyone, as a crashed broker."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(tmp_path / "mosquitto").start()
+    yield b
+    b.stop()
