@@ -119,7 +119,7 @@ JOB = Shape(
     "Job", id=INT, workOrderId=INT, seqNo=INT, status=STR, heldStatus=NULL_STR,
     positionType=STR, positionRefId=NULL_STR, tempSlotNo=NULL_INT, stepIndex=INT,
     context=OBJECT, version=INT, errorCode=NULL_STR,
-    createdAt=TIME, updatedAt=TIME, finishedAt=TIME,
+    createdAt=TIME, updatedAt=TIME, finishedAt=TIME, serial=NULL_STR,
 )
 SLOT = Shape("Slot", equipmentId=STR, slotNo=INT, status=STR, currentJobId=NULL_INT)
 # A slot inside its machine's JSON (``GET /api/equipment``).

@@ -110,7 +110,8 @@ class ActionExecutor:
     def _tool(self, db: DBState, action: Scan | Mark) -> list[HardwareRequest]:
         job = self._job(db, action.job_id)
         kind = action.task_kind
-        text = f"{job.work_order_id}-{job.seq_no}"
+        # A MARK marks the piece's serial (a job made before serials: its old text).
+        text = job.serial or f"{job.work_order_id}-{job.seq_no}"
         task = self._task(db, kind, [job], extra={"text": text} if kind == ev.MARK else None)
         db.claim_job_for_action(job.id, "QUEUED", "PROCESSING")
         kwargs = {"slot_no": job.temp_slot_no, "job_id": job.id}

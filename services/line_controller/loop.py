@@ -68,7 +68,7 @@ class EventLoop:
         self._waiting: collections.deque = collections.deque()  # enqueue times, for lag
         self._pending: dict[str, list[Pending]] = {}
         self._consumer = None
-        self.uow = UnitOfWork(engine)
+        self.uow = UnitOfWork(engine, line_id=getattr(layout, "id", None))
         self.handled_total = 0
         self.duplicates_total = 0
         self.recovering = False
@@ -101,8 +101,9 @@ class EventLoop:
         reads are retried for up to ``plc_wait`` seconds in the background before the
         check runs without it."""
         with self.engine.begin() as conn:
-            db = DBState(conn)
+            db = DBState(conn, line_id=self.uow.line_id)
             db.sync_equipment(self.layout)
+            db.give_serials()
             db.track_machines([e.id for e in self.layout.equipment])
             self.uow.last_seq, self.uow.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()

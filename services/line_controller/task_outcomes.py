@@ -51,9 +51,10 @@ def apply_task_success(db: DBState, task, data: dict) -> list[HardwareRequest]:
         db.move_job_to_equipment(job_ids[1], "ON_ROBOT", task.equipment_id, task.slot_no, "QUEUED")
         return unloaded(db, moved)
     elif kind in (ev.SCAN, ev.MARK):
-        patch = ({"barcode": (data or {}).get("code")} if kind == ev.SCAN
-                 else {"markedText": params.get("text")})
-        job = db.patch_job_context(job_ids[0], patch)
+        code = (data or {}).get("code") if kind == ev.SCAN else None
+        patch = {"barcode": code} if kind == ev.SCAN else {"markedText": params.get("text")}
+        # The code read is the piece's serial from now on (PRODUCT.md, "Piece traceability").
+        job = db.patch_job_context(job_ids[0], patch, serial=code if isinstance(code, str) and code else None)
         return advance_after_step(db, job)
     elif kind == ev.START_MACHINE:
         _succeeded_start(db, task, job_ids)

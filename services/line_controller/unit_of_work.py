@@ -65,8 +65,9 @@ class UnitOfWork:
     """Owns the loop's connection: serial handling needs one, and keeping it saves
     a pool checkout (and its ping) per message. Replaced after a failure."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, *, line_id: str | None = None):
         self.engine = engine
+        self.line_id = line_id  # the line the transactions are of (its pieces' serials)
         self.routes: dict[int, list] = {}  # work order routes, cached across transactions
         self.last_seq = 0
         self.last_tx = 0
@@ -87,7 +88,8 @@ class UnitOfWork:
         """One transaction; ``message_id``: the message row it records, if any
         (how a COMMIT whose answer was lost is found in the database)."""
         conn, tx = self._begin()
-        work = LoopTransaction(DBState(conn, routes=self.routes), self.last_seq + 1, self.last_tx + 1)
+        db = DBState(conn, routes=self.routes, line_id=self.line_id)
+        work = LoopTransaction(db, self.last_seq + 1, self.last_tx + 1)
         try:
             yield work
             if work.frames is None:  # nothing recorded, or a duplicate: nothing changes

@@ -24,7 +24,8 @@ def test_every_action_kind_produces_its_success_event(hardware, received, sim):
     t, p = run_ok(hardware, received, "dock_to_buffer", "t1", 1, job_id=41)
     assert (t, p["action"]) == (ev.ROBOT_ACTION_SUCCEEDED, ev.DOCK_TO_BUFFER)
     t, p = run_ok(hardware, received, "scan", "t2", 1, job_id=41)
-    assert (t, p["action"], p["data"]["code"]) == (ev.TOOL_ACTION_SUCCEEDED, ev.SCAN, "SN00000041")
+    label = sim.model.label_prefix + "00000041"  # this run's labels (unique across runs and lines)
+    assert (t, p["action"], p["data"]["code"]) == (ev.TOOL_ACTION_SUCCEEDED, ev.SCAN, label)
     t, p = run_ok(hardware, received, "mark", "t3", 1, "BRACKET-A 41", job_id=41)
     assert (t, p["action"]) == (ev.TOOL_ACTION_SUCCEEDED, ev.MARK)
     assert sim.model.marks == [(1, "BRACKET-A 41")]

@@ -65,7 +65,8 @@ def test_a_secured_session_basic256sha256_sign_and_encrypt_runs_actions(containe
     received.wait(ev.PLC_CONNECTION, connected=True)
     assert outcome(container, received, "dock_to_buffer", "s1", 1, job_id=7)[0] == ev.ROBOT_ACTION_SUCCEEDED
     event_type, payload = outcome(container, received, "scan", "s2", 1, job_id=7)
-    assert (event_type, payload["data"]["code"]) == (ev.TOOL_ACTION_SUCCEEDED, "SN00000007")
+    label = secured_sim.model.label_prefix + "00000007"
+    assert (event_type, payload["data"]["code"]) == (ev.TOOL_ACTION_SUCCEEDED, label)
     # the client certificate was generated once into the data directory, and is reused
     assert (secured_dir / "opcua" / "linectl-hardware.der").is_file()
     key = secured_dir / "opcua" / "linectl-hardware.key.pem"

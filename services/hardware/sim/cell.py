@@ -9,9 +9,12 @@ request comes, so the model needs no thread of its own.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import heapq
 import itertools
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -58,6 +61,10 @@ class CellBase:
         self._seq = itertools.count()
         self.identity = ""
         self.serve_identity(self.map.identity or layout.id)  # the layout's plc.identity, else the line's id
+        # The labels this run's pieces carry (what a SCAN reads): unique across lines and
+        # runs, seed or not (a seed fixes outcomes, never two pieces' serials to one code).
+        digest = hashlib.sha256(self.identity.encode() + os.urandom(16)).digest()
+        self.label_prefix = "SN" + base64.b32encode(digest).decode()[:8]
 
     # -- identity ----------------------------------------------------------------
 

@@ -105,8 +105,10 @@ class CellMoves(CellBase):
         if error := self._piece_on_buffer(src):
             return error
         r = self.map.robot_base
+        # The piece's label: the same piece (job) reads the same code every time.
         serial = job if job else self.rng.randrange(10**7, 10**8)
-        self.mem[r + P.R_TEXT_OUT:r + P.R_TEXT_OUT + P.TEXT_REGISTERS] = P.encode_text(f"SN{serial:08d}")
+        self.mem[r + P.R_TEXT_OUT:r + P.R_TEXT_OUT + P.TEXT_REGISTERS] = P.encode_text(
+            f"{self.label_prefix}{serial:08d}")
         return 0
 
     def _mark(self, src: tuple, dst: tuple, job: int) -> int:

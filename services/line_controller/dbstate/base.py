@@ -34,8 +34,9 @@ def as_json(value) -> str:
 
 class StateBase:
     def __init__(self, conn: Connection, *, now: datetime | None = None,
-                 routes: dict[int, list] | None = None):
+                 routes: dict[int, list] | None = None, line_id: str | None = None):
         self.conn = conn
+        self.line_id = line_id  # the line whose tables these are (its pieces' serials name it)
         self.now = now or datetime.now(UTC)
         self.events: list[tuple[str, dict]] = []
         # An order's route never changes after creation; the loop shares this cache.

@@ -3,6 +3,8 @@ row's version and records an event."""
 
 from __future__ import annotations
 
+from sqlalchemy import text
+
 from shared import serialize
 from shared.db.models import JOB_TERMINAL
 
@@ -48,10 +50,12 @@ class JobTransitions(StateBase):
     # -- jobs ------------------------------------------------------------------------
 
     def create_jobs(self, order_id: int, quantity: int):
+        """The order's pieces, each with its generated serial (a SCAN replaces it)."""
         rows = self._all(
-            "INSERT INTO job (work_order_id, seq_no, status, position_type) "
-            "SELECT :o, n, 'PENDING', 'ON_DOCK' FROM generate_series(1, :q) AS n RETURNING *",
-            o=order_id, q=quantity)
+            "INSERT INTO job (work_order_id, seq_no, status, position_type, serial) "
+            "SELECT :o, n, 'PENDING', 'ON_DOCK', concat_ws('-', CAST(:line AS text), w.code, n) "
+            "FROM work_order w, generate_series(1, :q) AS n WHERE w.id = :o RETURNING *",
+            o=order_id, q=quantity, line=self.line_id)
         for r in rows:
             self.emit("JobCreated", serialize.job(r))
         return rows
@@ -174,10 +178,20 @@ class JobTransitions(StateBase):
             before_event=lambda _: self._slot_event(equipment_id, slot_no, "DONE", job_id),
             e=equipment_id, n=slot_no)
 
-    def patch_job_context(self, job_id: int, patch: dict):
-        return self._update_job(job_id, "TRUE", {"context": "context || CAST(:patch AS jsonb)"},
-                                "JobContextChanged", f"job {job_id} does not exist",
-                                patch=as_json(patch))
+    def patch_job_context(self, job_id: int, patch: dict, *, serial: str | None = None):
+        """``serial``: the piece's serial from now on (the code its SCAN read)."""
+        sets = {"context": "context || CAST(:patch AS jsonb)"}
+        if serial is not None:
+            sets["serial"] = ":serial"
+        return self._update_job(job_id, "TRUE", sets, "JobContextChanged", f"job {job_id} does not exist",
+                                patch=as_json(patch), serial=serial)
+
+    def give_serials(self) -> int:
+        """Jobs without a serial (made before revision 0012) get their generated one."""
+        return self.conn.execute(text(
+            "UPDATE job SET serial = COALESCE(NULLIF(context->>'barcode', ''), "
+            "  concat_ws('-', CAST(:line AS text), (SELECT code FROM work_order w WHERE w.id = job.work_order_id), "
+            "  seq_no)) WHERE serial IS NULL"), {"line": self.line_id}).rowcount
 
     def complete_step(self, job_id: int, expected_step: int, next_step: int,
                       context_patch: dict | None = None, status: str = "QUEUED"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from shared import serialize
+from shared import piece_record, serialize
 
 from .base import StateBase, as_json
 
@@ -28,7 +28,8 @@ class LoopRecords(StateBase):
                           first_seq: int, tx_id: int) -> list[dict] | None:
         """One statement ends a loop transaction: the message's outcome in
         ``loop_message``, the events in ``event_log`` (numbered from ``first_seq``) and
-        the audit row of a command. Returns the frames, or None when the message id
+        the audit row of a command, and what the events add to the pieces' records
+        (``shared.piece_record``). Returns the frames, or None when the message id
         was already handled (a duplicate: the caller rolls back, nothing changes).
         The machine-state rollup follows the events first (:meth:`track_machines`).
 
@@ -46,6 +47,10 @@ class LoopRecords(StateBase):
                           corr=msg.correlation_id, actor=msg.actor, created=msg.created_at,
                           status=status, result=None if result is None else as_json(result),
                           ecode=error[0] if error else None, emsg=error[1] if error else None)
+        # The pieces' records of these changes, in the same statement (no round trip of their own).
+        piece_ctes, piece_params = piece_record.write_sql(piece_record.translate(self.events, self.now), self.now)
+        ctes += piece_ctes
+        params.update(piece_params)
         ctes.append(
             "e AS (INSERT INTO event_log (seq, tx_id, type, at, payload, message_id) "
             "SELECT f.seq, :tx, f.type, :at, f.payload, :mid "

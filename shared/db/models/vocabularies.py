@@ -22,6 +22,8 @@ ALARM_ACTIVE = ("RAISED", "ACKNOWLEDGED")  # what the active list shows; SHELVED
 # A machine's state as /api/stats/timeline draws it (docs/stats.md: how it is derived).
 MACHINE_STATES = ("PROCESSING", "IDLE", "WAITING_UNLOAD", "FAULT")
 MANUAL_ACTION_STATUSES = ("OPEN", "RESOLVED")
+# What a piece's history records beside its steps (``piece_entry``).
+PIECE_ENTRY_CATEGORIES = ("move", "scan", "mark", "alarm", "answer")
 LOOP_MESSAGE_STATUSES = ("QUEUED", "HANDLED", "REJECTED", "DUPLICATE", "STALE", "FAILED")
 
 AI_JOB_TYPES = (
