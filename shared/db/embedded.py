@@ -24,7 +24,6 @@ alone), and never one whose server runs.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -37,11 +36,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.db.embedded_root import (  # noqa: F401  (ROOT_BASE, ensure_system_user: named here too)
+    ROOT_BASE,
+    ensure_system_user,
+    prune_orphan_clusters,
+    root_base,
+)
+
 log = logging.getLogger(__name__)
 
 SERVER_USER = "embedded_postgres"
 DEFAULT_DB = "linectl"
-ROOT_BASE = Path(os.environ.get("LINECTL_EMBEDDED_PG_ROOT", "/var/lib/linectl-embedded-postgres"))
 
 
 def _bin(name: str) -> str:
@@ -79,51 +84,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def ensure_system_user(name: str) -> None:
-    """Create the system user ``name`` unless it exists. Several processes may start
-    a server at once (the suite's shards on a fresh machine): a ``useradd`` started
-    while another creates the user fails (exit 9), so the check and the creation are
-    made under a lock of our own."""
-    with open(_root_base() / ".system-user.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True, text=True)
-
-
-def _root_base() -> Path:
-    """ROOT_BASE, made if need be: root-owned, readable by the server's user."""
-    ROOT_BASE.mkdir(parents=True, exist_ok=True)
-    ROOT_BASE.chmod(0o755)
-    return ROOT_BASE
-
-
-def _server_runs(cluster: Path) -> bool:
-    """Whether a server may run on ``cluster``: its ``postmaster.pid`` names a live
-    ``postgres`` process. A file a dead server left (``kill -9``, a reboot) does not
-    count; one that cannot be read does (in doubt, a cluster is kept)."""
-    try:
-        first = (cluster / "postmaster.pid").read_text().split("\n", 1)[0]
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    try:
-        pid = int(first)
-        os.kill(pid, 0)
-    except ValueError:
-        return True  # being written: a server starting
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # the pid of a server that died, taken since by another program
-        return "postgres" in Path(f"/proc/{pid}/comm").read_text()
-    except OSError:
-        return True
 
 
 @dataclass
@@ -171,7 +131,7 @@ class EmbeddedPostgres:
         tag = hashlib.sha256(f"{install}:{install.stat().st_mtime_ns}".encode()).hexdigest()[:12]
         target = ROOT_BASE / f"server-{tag}"
         if not target.exists():
-            staging = _root_base() / f".server-{tag}-{os.getpid()}"
+            staging = root_base() / f".server-{tag}-{os.getpid()}"
             shutil.copytree(install, staging / install.parent.name / install.name, symlinks=True)
             libs = site / "embedded_postgres.libs"
             if libs.is_dir():
@@ -199,28 +159,8 @@ class EmbeddedPostgres:
 
     @staticmethod
     def prune_orphans() -> None:
-        """Delete relocated clusters whose symlink is gone (their data directory was
-        deleted) and whose server is not running; they can never be reached again.
-        A cluster without its ``.source`` note is not one linectl made: it stays."""
-        clusters = ROOT_BASE / "clusters"
-        if not clusters.is_dir():
-            return
-        for cluster in clusters.iterdir():
-            if not cluster.is_dir():
-                continue
-            try:
-                source = Path(cluster.with_suffix(".source").read_text().strip())
-            except OSError:
-                continue
-            try:
-                points_here = source.is_symlink() and source.resolve() == cluster.resolve()
-            except OSError:
-                points_here = False
-            if not points_here and not _server_runs(cluster):
-                log.info("deleting the embedded PostgreSQL cluster %s: its data directory %s is gone",
-                            cluster, source.parent)
-                shutil.rmtree(cluster, ignore_errors=True)
-                cluster.with_suffix(".source").unlink(missing_ok=True)
+        """Delete the clusters of deleted data directories (:func:`prune_orphan_clusters`)."""
+        prune_orphan_clusters()
 
     # -- lifecycle --------------------------------------------------------
 
