@@ -34,6 +34,7 @@ from gateway.api import (
     line,
     manual,
     orders,
+    pieces,
     plant,
     runtime,
     session,
@@ -64,9 +65,10 @@ AI_POOL_TIMEOUT = 5.0
 READ_STATEMENT_TIMEOUT_MS = 10_000
 
 # One blueprint per area, in registration order (the order of /openapi.json).
-AREAS = (health, session, plant, orders, jobs, line, alarms, stats, manual, events, ai, runtime, admin, audit)
+AREAS = (health, session, plant, orders, jobs, line, alarms, stats, manual, events, pieces, ai, runtime, admin,
+         audit)
 # The line-control areas: each also under /api/lines/<lineId>.
-LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events)
+LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events, pieces)
 
 
 class GatewayApi(Api):
@@ -197,6 +199,7 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
             register_line_area(api, area.blp)
         else:
             api.register_blueprint(area.blp)
+    api.register_blueprint(pieces.plant_blp)  # GET /api/plant/pieces: a serial on every line
     api.finish_document()
     ws.init_app(app)
     app.add_url_rule("/", "operator_page", _operator_page, methods=["GET"])

@@ -1,0 +1,127 @@
+"""Piece traceability (PRODUCT.md, "Piece traceability"): a line's pieces by
+serial, order, status, time or machine (``GET /api/pieces``, paged, or streamed
+as CSV with ``Accept: text/csv``), one piece's whole record
+(``GET /api/pieces/{serial}``), and a serial looked up on every line of the
+plant (``GET /api/plant/pieces?serial=``). Read-only, from the records the
+loop writes (``shared.piece_query``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from flask import Response, request, stream_with_context
+
+from gateway import schemas
+from gateway.api.blueprint import Blueprint, LineBlueprint
+from gateway.api.common import (
+    QUERY_ERRORS,
+    document_errors,
+    of_line,
+    parse_instant,
+    parse_statuses,
+    query_view,
+    read_session,
+    reply,
+)
+from gateway.auth import may_see_line, require
+from gateway.context import current_line, gateway_context
+from gateway.errors import ApiError
+from gateway.lines import LineNotReady
+from shared import piece_query as pq
+from shared.db.models import JOB_STATUSES
+
+blp = LineBlueprint("pieces", __name__, description="piece traceability: each piece's history by its serial")
+plant_blp = Blueprint("plant_pieces", __name__, url_prefix="/api", description="a piece on any line of the plant")
+
+CSV_BATCH = 500  # pieces per keyset batch of a streamed CSV
+PLANT_LIMIT = 500  # pieces of one serial per line (a label is one piece; a reused one, a few)
+
+
+def _filter(args: dict) -> pq.PieceFilter:
+    start, end = parse_instant("from", args.get("from_")), parse_instant("to", args.get("to"))
+    if start is not None and end is not None and start >= end:
+        raise ApiError(400, "VALIDATION_ERROR", "from: must be before to")
+    statuses = parse_statuses(args.get("status"), JOB_STATUSES)
+    return pq.PieceFilter(serial=args.get("serial"), work_order_id=args.get("workOrderId"),
+                          statuses=tuple(statuses) if statuses else None, from_=start, to=end,
+                          equipment_id=args.get("equipmentId"))
+
+
+def _wants_csv() -> bool:
+    return request.accept_mimetypes.best_match(["application/json", "text/csv"]) == "text/csv"
+
+
+@query_view(blp, "/pieces", schemas.PieceListArgsSchema, schemas.PiecePageSchema)
+def list_pieces(args):
+    """The line's pieces, oldest first; ``Accept: text/csv``: every matching piece's
+    whole record, streamed (no paging: ``limit`` and ``cursor`` do not apply)."""
+    f = _filter(args)
+    if _wants_csv():
+        return _csv(f)
+    with read_session() as session:
+        try:
+            items, nxt = pq.list_pieces(session, f, args["limit"], args.get("cursor"))
+        except pq.BadCursor:
+            raise ApiError(400, "VALIDATION_ERROR", "cursor: not a cursor") from None
+    return reply({"items": [of_line(i) for i in items], "nextCursor": nxt})
+
+
+def csv_row(line_id: str, record: dict) -> list:
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    return [line_id, *(record[k] for k in pq.CSV_COLUMNS[1:9]),
+            *(json.dumps(record[k], **compact) for k in pq.CSV_COLUMNS[9:])]
+
+
+def _csv(f: pq.PieceFilter) -> Response:
+    line = current_line()
+
+    def rows():
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(pq.CSV_COLUMNS)
+        for n, record in enumerate(pq.records(read_session, f, CSV_BATCH), 1):
+            writer.writerow(csv_row(line.id, record))
+            if n % 100 == 0:  # a chunk per hundred pieces: constant memory, few writes
+                yield out.getvalue()
+                out.seek(0)
+                out.truncate()
+        yield out.getvalue()
+
+    return Response(stream_with_context(rows()), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="pieces-{line.id}.csv"'})
+
+
+@query_view(blp, "/pieces/<serial>", None, schemas.PieceSchema, 401, 403, 404)
+def get_piece(serial):
+    """A piece's whole record: its steps, robot moves, scans, marks, alarms and the
+    operators' answers that touched it."""
+    if not 1 <= len(serial) <= schemas.MAX_STRING:
+        raise ApiError(404, "NOT_FOUND", "piece not found")
+    with read_session() as session:
+        record = pq.piece_by_serial(session, serial)
+    if record is None:
+        raise ApiError(404, "NOT_FOUND", f"piece {serial} not found")
+    return reply(of_line(record))
+
+
+@plant_blp.route("/plant/pieces", methods=["GET"])
+@require("operator")
+@plant_blp.arguments(schemas.PlantPieceArgsSchema, location="query")
+@plant_blp.response(200, schemas.PiecePageSchema)
+@document_errors(plant_blp, *QUERY_ERRORS)
+def find_on_every_line(args):
+    """The pieces with this serial on every line the caller may see (a line without
+    tables yet has none)."""
+    items = []
+    for line in gateway_context().lines.values():
+        if not may_see_line(line.id):
+            continue
+        try:
+            with line.db() as session:
+                found, _ = pq.list_pieces(session, pq.PieceFilter(serial=args["serial"]), PLANT_LIMIT)
+        except LineNotReady:
+            continue
+        items += [line.of_line(i) for i in found]
+    return reply({"items": items, "nextCursor": None})
