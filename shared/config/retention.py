@@ -17,6 +17,8 @@ class RetentionSettings:
     retention_ai_days: int = 90
     retention_audit_days: int = 365
     retention_dead_letter_days: int = 14
+    # Piece records (PRODUCT.md, "Piece traceability"): quality keeps them for years.
+    piece_retention_days: int = 3650
     retention_interval_seconds: int = 3600
 
 
@@ -29,5 +31,6 @@ PARSERS = {
     "RETENTION_AI_DAYS": ("retention_ai_days", _days),
     "RETENTION_AUDIT_DAYS": ("retention_audit_days", _days),
     "RETENTION_DEAD_LETTER_DAYS": ("retention_dead_letter_days", _days),
+    "PIECE_RETENTION_DAYS": ("piece_retention_days", _days),
     "RETENTION_INTERVAL_SECONDS": ("retention_interval_seconds", lambda n, r: parse_int(n, r, 0, 7 * 86400)),
 }

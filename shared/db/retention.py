@@ -11,7 +11,10 @@ Deletes, in small batches (short transactions, no long locks):
   their results and transitions, and snapshots no job names any more;
 * ``audit_log`` and ``people_audit`` rows older than ``audit_days``, and sign-in
   sessions a day after they ended;
-* the transport's ``mq_dead_letter`` rows older than ``dead_letter_days``.
+* the transport's ``mq_dead_letter`` rows older than ``dead_letter_days``;
+* piece records (``piece`` and its steps and entries) of pieces finished more
+  than ``piece_days`` ago (``LINECTL_PIECE_RETENTION_DAYS``, ten years by
+  default): they outlive the event log they were written beside.
 
 Deleting old rows never conflicts with their writers (the loop and the AI
 queue only insert new ones and update live ones), so it runs beside them: every
@@ -41,12 +44,14 @@ class RetentionPolicy:
     ai_days: int = Settings.retention_ai_days
     audit_days: int = Settings.retention_audit_days
     dead_letter_days: int = Settings.retention_dead_letter_days
+    piece_days: int = Settings.piece_retention_days
 
     @classmethod
     def from_settings(cls, settings) -> RetentionPolicy:
         return cls(event_days=settings.retention_event_days, ai_days=settings.retention_ai_days,
                    audit_days=settings.retention_audit_days,
-                   dead_letter_days=settings.retention_dead_letter_days)
+                   dead_letter_days=settings.retention_dead_letter_days,
+                   piece_days=settings.piece_retention_days)
 
 
 def _delete_batches(engine: Engine, sql: str, params: dict, schema: str = PUBLIC) -> int:
@@ -77,6 +82,13 @@ def _purge_line(engine: Engine, policy: RetentionPolicy, schema: str) -> dict[st
             DELETE FROM audit_log WHERE id IN (
               SELECT id FROM audit_log WHERE at < now() - make_interval(days => :days)
               LIMIT :batch)""", {"days": policy.audit_days}, schema),
+        # A piece's steps and entries go with it, in the same statement.
+        "piece": _delete_batches(engine, """
+            WITH old AS (SELECT job_id FROM piece
+                          WHERE finished_at < now() - make_interval(days => :days) LIMIT :batch),
+            s AS (DELETE FROM piece_step WHERE job_id IN (SELECT job_id FROM old)),
+            e AS (DELETE FROM piece_entry WHERE job_id IN (SELECT job_id FROM old))
+            DELETE FROM piece WHERE job_id IN (SELECT job_id FROM old)""", {"days": policy.piece_days}, schema),
     }
 
 
