@@ -18,6 +18,8 @@ from services.hardware.sim.control import sim_control
 from services.hardware.sim.model import SimOptions
 from services.hardware.sim.opcua_server import OpcUaLineSimulator
 from services.hardware.sim.server import LineSimulator
+from services.identity.passwords import Passwords
+from services.identity.users import Actor, UserStore
 from services.line_controller.service import LineControllerService
 from shared import events as ev
 from shared.config import load_settings
@@ -139,6 +141,23 @@ class Floor(Line):
         super().__init__(engine, proxy, hardware)
         self.http = http
         self.cell = cell
+        self.csrf = None  # a signed-in person's session (sign_in), else the operator's token
+
+    def sign_in(self, name: str, password: str = "floor password 1") -> None:
+        """The operator signs in as ``name`` (a user made as ``linectl users add`` makes
+        one): their answers carry their name (the audit's, and the pieces' history)."""
+        store = UserStore(self.engine, Passwords(1, 1024))
+        store.add(name, "operator", password, Actor("test", "admin", "console"), display_name=name.title())
+        reply = self.http.post("/api/session", json={"username": name, "password": password})
+        assert reply.status_code == 200, reply.get_json()
+        self.csrf = reply.get_json()["csrfToken"]
+
+    def piece(self, job_id):
+        """The piece record of ``job_id`` as GET /api/pieces/{serial} answers it."""
+        serial = self.row("SELECT serial FROM job WHERE id = :j", j=job_id).serial
+        reply = self.http.get(f"/api/pieces/{serial}", headers=AUTH)
+        assert reply.status_code == 200, reply.get_json()
+        return reply.get_json()
 
     def open_action(self, kind, timeout=60.0):  # bounds a failure; CI machines run 2-3x slower
         def found():
@@ -153,7 +172,8 @@ class Floor(Line):
             raise AssertionError(f"{exc}\n{self.describe()}") from None
 
     def answer(self, action, resolution):
-        return self.http.post(f"/api/manual-actions/{action['id']}/resolve", headers=AUTH,
+        headers = {"X-CSRF-Token": self.csrf} if self.csrf else AUTH  # the signed-in person's, or the token's
+        return self.http.post(f"/api/manual-actions/{action['id']}/resolve", headers=headers,
                               json={"resolution": resolution})
 
     def wait_robot_busy(self):

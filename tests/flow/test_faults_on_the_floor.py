@@ -53,7 +53,24 @@ def floor(request, floor_on, layout, monkeypatch, cycle_overdue_factor):
         yield floor
 
 
+def assert_in_history(floor, job_ids, action, resolution, by, equipment_id):
+    """Each piece's record (GET /api/pieces/{serial}) holds the answer, by the person
+    signed in, and its cycle the fault stopped as an ABORTED step on that machine."""
+    for job_id in job_ids:
+        piece = floor.piece(job_id)
+        answers = [(a["manualActionId"], a["kind"], a["resolution"], a["by"]) for a in piece["answers"]]
+        assert (action["id"], "MACHINE_FAULT_DURING_CYCLE", resolution, by) in answers, piece
+        stopped = [s for s in piece["steps"] if s["equipmentId"] == equipment_id and s["result"] == "ABORTED"]
+        assert len(stopped) == 1, piece["steps"]
+        if resolution == "SCRAP":
+            assert piece["status"] == "SCRAPPED" and piece["steps"][-1] == stopped[0]
+        else:  # the step ran again (on that machine, or another of its kind) and the piece went on
+            again = [s for s in piece["steps"] if s["stepIndex"] == stopped[0]["stepIndex"] and s != stopped[0]]
+            assert piece["status"] == "COMPLETED" and again and again[0]["startedAt"] >= stopped[0]["endedAt"]
+
+
 def test_a_fault_mid_cycle_asks_once_refuses_a_restart_until_clear_then_restarts(floor):
+    floor.sign_in("erika")
     order = floor.order("SHAFT-B", 3)
     floor.processing_on("INSP1")  # a single-slot station mid-inspection
     floor.cell.fault("INSP1")
@@ -73,11 +90,13 @@ def test_a_fault_mid_cycle_asks_once_refuses_a_restart_until_clear_then_restarts
     assert (done.completed_qty, done.scrapped_qty) == (3, 0)
     cycles = floor.rows("SELECT aborted FROM machine_cycle WHERE equipment_id = 'INSP1'")
     assert Counter(c.aborted for c in cycles) == {False: 3, True: 1}, cycles  # the stopped one is void
+    assert_in_history(floor, action_jobs(floor, action), action, "RESTART_CYCLE", "erika", "INSP1")
 
 
 # Once (see the module's docstring): the batch's return is the line_controller's.
 @pytest.mark.parametrize("floor", ["independent"], indirect=True)
 def test_a_fault_stopping_a_full_batch_returns_the_pieces_to_do_the_wash_again(floor):
+    floor.sign_in("farid")
     order = floor.order("BRACKET-A", 4)
     washing = floor.processing_on("WASH1")  # the batch as the scheduler filled it
     floor.cell.fault("WASH1")
@@ -93,11 +112,13 @@ def test_a_fault_stopping_a_full_batch_returns_the_pieces_to_do_the_wash_again(f
                         "AND status = 'SUCCEEDED'")
     # every piece washed once, and those of the stopped batch once more
     assert sum(len(t.params["jobs"]) for t in starts) == 4 + len(stopped)
+    assert_in_history(floor, stopped, action, "RETURN_TO_BUFFER", "farid", "WASH1")
 
 
 # Once (see the module's docstring): the scrap and its count are the line_controller's.
 @pytest.mark.parametrize("floor", ["independent"], indirect=True)
 def test_a_fault_on_a_machining_centre_scraps_its_pieces_counted_once(floor):
+    floor.sign_in("grace")
     order = floor.order("SHAFT-B", 4)
     jobs = floor.processing_on("MC1")
     floor.cell.fault("MC1")
@@ -109,6 +130,7 @@ def test_a_fault_on_a_machining_centre_scraps_its_pieces_counted_once(floor):
     floor.answer_robot_failures()
     done = floor.finished_exactly(order["id"], 4)
     assert (done.completed_qty, done.scrapped_qty) == (4 - len(scrapped), len(scrapped))
+    assert_in_history(floor, scrapped, action, "SCRAP", "grace", "MC1")
 
 
 def action_jobs(floor, action):
