@@ -42,6 +42,10 @@ def completed(stack, token, order_id: int) -> bool:
     return stack.get(f"/api/work-orders/{order_id}", token)[1].get("status") == "COMPLETED"
 
 
+def uns_output(stack) -> str:
+    return "\n".join(line for line in stack.lines if "uns" in line)[-3000:]
+
+
 def since_a_month() -> str:
     return (datetime.now(UTC) - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -74,7 +78,8 @@ def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory
         wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing")
         last = newest_seq(stack, token)
         wait_for(lambda: not host.missing_event_seqs(LINE, first + 1, last), 30, 0.05,
-                 lambda: f"every seq up to {last}; missing {host.missing_event_seqs(LINE, first + 1, last)[:20]}")
+                 lambda: f"every seq up to {last}; missing {host.missing_event_seqs(LINE, first + 1, last)[:20]}"
+                 f"\n{uns_output(stack)}")
         code, stats = stack.get(f"/api/plant/stats?from={since_a_month()}", token)
         assert code == 200, stats
         line = stats["lines"][0]
@@ -85,3 +90,45 @@ def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory
         assert all(not historical for _s, historical in host.event_seqs[LINE])
     finally:
         host.stop()
+
+
+def test_a_broker_outage_mid_order_is_forwarded_as_history_after_new_births(stack_factory, tmp_path):
+    mqtt_broker = Broker(tmp_path / "persistent-mosquitto", persistent=True).start()
+    host = SparkplugHost(mqtt_broker.url, GROUP, persistent=True)
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
+    try:
+        stack.wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        wait_for(lambda: host.of(LINE, "NBIRTH"), 60, 0.05, "the line's NBIRTH")
+        first = host.nodes[LINE].birth_event_seq
+        bd_before = host.nodes[LINE].bd_seq
+        order = run_order(stack, token, quantity=3)
+        wait_for(lambda: newest_seq(stack, token) > first + 5, 60, 0.05, "the order under way")
+        wait_for(mqtt_broker.store.exists, 10, 0.05, "the broker's store written (the host's session in it)")
+        mqtt_broker.kill()
+        during = newest_seq(stack, token)
+        wait_for(lambda: newest_seq(stack, token) > during + 10, 60, 0.1, "the line going on while the broker is away")
+        assert stack.ready()  # a broker outage is nothing to /readyz
+        mqtt_broker.start()
+        wait_for(lambda: len(host.of(LINE, "NBIRTH")) >= 2, 60, 0.05,
+                 lambda: f"births after the broker is back:\n{uns_output(stack)}")
+        rebirth = [m for m in host.of(LINE, "NBIRTH")][-1]
+        born_at = {m["name"]: m["value"] for m in rebirth.metrics}
+        assert born_at["/bdSeq"] != bd_before
+        wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing")
+        last = newest_seq(stack, token)
+        wait_for(lambda: not host.missing_event_seqs(LINE, first + 1, last), 60, 0.05,
+                 lambda: f"every seq up to {last}; missing {host.missing_event_seqs(LINE, first + 1, last)[:20]}"
+                 f"\n{uns_output(stack)}")
+        birth_seq = born_at["/Line/EventSeq"]
+        live = {seq for seq, historical in host.event_seqs[LINE] if not historical}
+        history = {seq for seq, historical in host.event_seqs[LINE] if historical}
+        # What happened while the broker was away came as history, all of it already in the births'
+        # values; nothing historical came after them, and nothing live from the outage.
+        assert set(range(during + 1, birth_seq + 1)) <= history, sorted(set(range(during + 1, birth_seq + 1)) - history)
+        assert max(history) <= birth_seq < birth_seq + 1 <= min(s for s in live if s > during)
+        assert not host.errors, host.errors[:10]
+        assert stack.ready()
+    finally:
+        host.stop()
+        mqtt_broker.stop()

@@ -6,6 +6,7 @@ password file). Without mosquitto the tests that need it skip, except in CI
 from __future__ import annotations
 
 import datetime
+import getpass
 import os
 import shutil
 import signal
@@ -69,13 +70,21 @@ def make_ca(directory: Path) -> dict[str, Path]:
 class Broker:
     """One mosquitto on 127.0.0.1:``port``; ``kill()`` and ``start()`` again on the same port."""
 
-    def __init__(self, directory: Path, *, tls: bool = False, users: dict[str, str] | None = None):
+    def __init__(self, directory: Path, *, tls: bool = False, users: dict[str, str] | None = None,
+                 persistent: bool = False):
         self.binary = require_mosquitto()
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.tls = make_ca(directory) if tls else None
-        lines = [f"listener {self.port} 127.0.0.1", "persistence false", "log_dest stderr",
+        # persistent: a host's session (its subscription, and what is queued for it) outlives a
+        # broker restart, as a plant's broker keeps them; written every second (``saved()``).
+        self.store = directory / "mosquitto.db"
+        persistence = ["persistence true", f"persistence_location {directory}/", "autosave_interval 1"]
+        # As root mosquitto drops to the user "mosquitto", who may not write the temp directory.
+        lines = [f"user {getpass.getuser()}", f"listener {self.port} 127.0.0.1",
+                 *(persistence if persistent else ["persistence false"]),
+                 "log_dest stderr",
                  "log_type error", "log_type warning", "log_type notice",
                  "max_inflight_messages 0", "max_queued_messages 100000"]
         if users:

@@ -64,7 +64,8 @@ def value_of(metric) -> object:
 
 
 class SparkplugHost:
-    def __init__(self, broker_url: str, group: str, *, host_id: str | None = None, client_kwargs=None):
+    def __init__(self, broker_url: str, group: str, *, host_id: str | None = None, client_kwargs=None,
+                 persistent: bool = False):
         self.group = group
         self.host_id = host_id
         self.lock = threading.Lock()
@@ -74,8 +75,10 @@ class SparkplugHost:
         self.errors: list[str] = []
         self.rebirths_asked = 0
         host, _, port = broker_url.split("://", 1)[1].partition(":")
+        # persistent: the broker keeps the host's session while it is away (a historian's way).
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-host-{id(self):x}",
-                                  clean_session=True)
+                                  clean_session=not persistent)
+        self.client.reconnect_delay_set(1, 2)
         for name, args in (client_kwargs or {}).items():
             getattr(self.client, name)(*args)
         if host_id:
