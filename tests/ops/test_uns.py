@@ -132,3 +132,49 @@ def test_a_broker_outage_mid_order_is_forwarded_as_history_after_new_births(stac
     finally:
         host.stop()
         mqtt_broker.stop()
+
+
+def audited_refusals(stack) -> list[tuple]:
+    import psycopg2
+
+    with psycopg2.connect(stack.database_url()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT line_id, target_id, outcome, detail FROM people_audit"
+                    " WHERE action = 'MQTT_COMMAND_REFUSED' ORDER BY id")
+        return cur.fetchall()
+
+
+def test_commands_rebirth_only_every_other_refused_audited_and_hostile_input_ignored(stack_factory, mqtt_broker):
+    from services.uns.proto import sparkplug_b_pb2 as pb
+
+    host = SparkplugHost(mqtt_broker.url, GROUP)
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
+    try:
+        stack.wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        wait_for(lambda: {m.device for m in host.of(LINE, "DBIRTH")} >= DEVICES, 60, 0.05, "the births")
+        publisher, bd = stack.process("uns"), host.nodes[LINE].bd_seq
+        host.request_rebirth(LINE)
+        wait_for(lambda: len(host.of(LINE, "NBIRTH")) == 2, 30, 0.05, "a rebirth")
+        again = host.of(LINE, "NBIRTH")[1]
+        assert again.seq == 0 and {m["name"]: m["value"] for m in again.metrics}["/bdSeq"] == bd
+        events_before = newest_seq(stack, token)
+        host.command(LINE, [("Slot/1/Status", pb.String, "EMPTY")], device="MC1")  # a write: refused
+        wait_for(lambda: audited_refusals(stack), 30, 0.05, "the refusal in the audit")
+        (line_id, kind, outcome, detail), = audited_refusals(stack)
+        assert (line_id, kind, outcome) == (LINE, "DCMD", "REFUSED") and detail["device"] == "MC1", detail
+        for _ in range(3):
+            host.raw(LINE, b"\xff\x00garbage")  # not a Sparkplug payload
+        host.raw(LINE, b"\x0a" * (2 * 1024 * 1024), device="MC1")  # 2 MiB
+        unknown = pb.Payload(timestamp=1)
+        unknown.metrics.add(alias=987654, datatype=pb.Boolean, boolean_value=True)
+        host.raw(LINE, unknown.SerializeToString())
+        wait_for(lambda: len(audited_refusals(stack)) == 6, 30, 0.05, "every refusal audited")
+        garbage = [line for line in stack.lines if "not a Sparkplug B payload" in line]
+        assert len(garbage) == 1, garbage  # logged once
+        # Still the same publisher, still publishing; nothing on the line moved for it.
+        host.request_rebirth(LINE)
+        wait_for(lambda: len(host.of(LINE, "NBIRTH")) == 3, 30, 0.05, "the publisher answering after it all")
+        assert stack.process("uns") == publisher and newest_seq(stack, token) == events_before
+        assert not host.errors, host.errors[:10]
+    finally:
+        host.stop()
