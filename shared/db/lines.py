@@ -242,18 +242,22 @@ def _copy_line_tables(conn, schema: str) -> None:
     """``schema``: a copy of ``public``'s line tables, empty but for the dock's row,
     with the same names for every constraint and index."""
     target = quote(schema)
+    # The line tables public has: a database at an older revision (a migrate to it) lacks
+    # the newer ones, which their own migration then makes in every line's schema.
+    tables = [t for t in LINE_TABLES
+              if conn.execute(text("SELECT to_regclass(:t)"), {"t": f"public.{t}"}).scalar() is not None]
     conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {target}"))
     conn.execute(text("SET LOCAL search_path = ''"))  # definitions below name public.* in full
     try:
-        for table in LINE_TABLES:
+        for table in tables:
             conn.execute(text(f"CREATE TABLE IF NOT EXISTS {target}.{table}"
                               f" (LIKE public.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
                               " INCLUDING STORAGE INCLUDING COMMENTS)"))
-        for table in LINE_TABLES:
+        for table in tables:
             for name, definition in _keys_of(conn, table):
                 conn.execute(text(f"ALTER TABLE {target}.{table} ADD CONSTRAINT {quote(name)} "
                                   + _in_schema(definition, target)))
-        for table in LINE_TABLES:
+        for table in tables:
             for definition in _plain_indexes_of(conn, table):
                 conn.execute(text(_in_schema(definition, target)))
         conn.execute(text(f"INSERT INTO {target}.dock (id) VALUES (1) ON CONFLICT DO NOTHING"))

@@ -41,6 +41,21 @@ def add_order(url: str, code: str) -> None:
                  "VALUES (%s, 'SHAFT-B', '[]', 3, 'RUNNING')", (code,))
 
 
+def add_piece_record(url: str, serial: str) -> None:
+    """A finished piece's record: the piece, a step and an answer (PRODUCT.md, "Piece traceability")."""
+    execute(url, "INSERT INTO piece (job_id, serial, work_order_id, status, created_at, finished_at) "
+                 "VALUES (900001, %s, 1, 'COMPLETED', now() - interval '1 hour', now());"
+                 "INSERT INTO piece_step (job_id, step_index, kind, equipment_id, slot_no, started_at, ended_at, "
+                 "  result) VALUES (900001, 0, 'inspection', 'INSP1', 1, now() - interval '50 minutes', "
+                 "  now() - interval '49 minutes', 'PASS');"
+                 "INSERT INTO piece_entry (job_id, category, at, detail) VALUES (900001, 'answer', now(), "
+                 "  '{\"resolution\": \"RETRY\", \"by\": \"ola\"}')", (serial,))
+
+
+PIECE_RECORD = ("SELECT p.serial, s.equipment_id, s.result, e.detail->>'by' FROM piece p "
+                "JOIN piece_step s USING (job_id) JOIN piece_entry e USING (job_id)")
+
+
 def add_message_in_flight(url: str) -> None:
     execute(url, "INSERT INTO mq_queue (name, durable, auto_delete, exclusive) VALUES ('hw', true, false, false);"
                  "INSERT INTO mq_message (queue, payload) VALUES ('hw', '{}')")
@@ -67,6 +82,7 @@ def backed_up(source_url: str, tmp_path: Path) -> Path:
 def test_backup_and_restore_on_an_external_database(db_url, empty_db_url, tmp_path):
     add_order(db_url, "WO-BACKED-UP")
     add_message_in_flight(db_url)
+    add_piece_record(db_url, "SN-BACKED-UP")
     dump = backed_up(db_url, tmp_path)
 
     out = linectl("restore", str(dump), database_url=empty_db_url, data_dir=tmp_path)
@@ -76,6 +92,8 @@ def test_backup_and_restore_on_an_external_database(db_url, empty_db_url, tmp_pa
     # Everything but the transport's messages in flight and the consumers that held them.
     assert restored == {**source, "mq_message": 0, "mq_consumer": 0}
     assert orders(empty_db_url) == ["WO-BACKED-UP"]
+    assert execute(empty_db_url, PIECE_RECORD) == execute(db_url, PIECE_RECORD) == [
+        ("SN-BACKED-UP", "INSP1", "PASS", "ola")]  # piece records are kept
     assert execute(empty_db_url, "SELECT name FROM mq_queue") == [("hw",)]  # its declaration stays
     assert execute(empty_db_url, "SELECT version_num FROM alembic_version") == \
         execute(db_url, "SELECT version_num FROM alembic_version")
