@@ -360,6 +360,21 @@ class PlantStatsSchema(Schema):
     lines = fields.List(fields.Nested(LineOutputSchema))
 
 
+class UnsLineSchema(Schema):
+    id = fields.String()
+    publishedSeq = fields.Integer(allow_none=True,
+                                  metadata={"description": "the line's last seq the broker acknowledged"})
+    logSeq = fields.Integer(metadata={"description": "the line's newest event-log seq"})
+    backlog = fields.Integer(allow_none=True, metadata={"description": "events not yet acknowledged by the broker"})
+
+
+class UnsStatusSchema(Schema):
+    """``GET /api/plant/uns`` (docs/uns.md)."""
+    connected = fields.Boolean()
+    format = fields.String(allow_none=True)
+    lines = fields.List(fields.Nested(UnsLineSchema))
+
+
 # -- piece traceability (PRODUCT.md, "Piece traceability"; shared.piece_query) ------
 
 class PieceListArgsSchema(WindowArgsSchema):

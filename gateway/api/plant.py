@@ -7,7 +7,7 @@ figures come from its own tables, read as the line views read them
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
@@ -15,6 +15,7 @@ from gateway.api.common import QUERY_ERRORS, document_errors, reply, window_of
 from gateway.auth import may_see_line, require
 from gateway.context import gateway_context
 from gateway.errors import ApiError
+from gateway.event_log import newest_seq
 from gateway.lines import LineNotReady, LinePort
 from shared import production_stats as ps
 from shared.db.models import ALARM_ACTIVE, WORK_ORDER_TERMINAL, Alarm, ManualAction, WorkOrder
@@ -111,3 +112,34 @@ def get_plant_stats(args):
     window = window_of(args)
     lines = [line_output(line, window) for line in _visible_lines()]
     return reply({"from": iso(window.start), "to": iso(window.end), "plant": plant_output(lines), "lines": lines})
+
+
+# A publisher that has not written its node's row for this long is taken for gone.
+UNS_HEARTBEAT_STALE_SECONDS = 15
+_UNS_NODES = text("SELECT line_id, acked_seq, connected, heartbeat_at > now() - make_interval(secs => :stale)"
+                  " AS fresh FROM uns_node")
+
+
+@blp.route("/plant/uns", methods=["GET"])
+@require("admin")
+@blp.response(200, schemas.UnsStatusSchema)
+@document_errors(blp, 401, 403)
+def get_plant_uns():
+    """The northbound publisher (docs/uns.md): whether every line's node is connected to
+    the broker, and per line how far the broker has acknowledged its event log."""
+    settings = gateway_context().settings
+    lines, connected = [], settings.mqtt_enabled
+    for line in gateway_context().lines.values():
+        try:
+            with line.db() as session:
+                log_seq = newest_seq(session)
+                nodes = {r.line_id: r for r in session.execute(_UNS_NODES, {"stale": UNS_HEARTBEAT_STALE_SECONDS})}
+        except LineNotReady:
+            log_seq, nodes = 0, {}
+        node = nodes.get(line.id)
+        connected = connected and node is not None and bool(node.connected and node.fresh)
+        published = int(node.acked_seq) if node is not None else None
+        lines.append({"id": line.id, "publishedSeq": published, "logSeq": int(log_seq),
+                      "backlog": max(0, log_seq - published) if published is not None else None})
+    return reply({"connected": connected, "format": settings.mqtt_format if settings.mqtt_enabled else None,
+                  "lines": lines})

@@ -385,3 +385,14 @@ def test_a_user_limited_to_a_line_sees_and_uses_only_that_line(client, bea):
                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
     assert client.get("/ws?line=demo-cell", headers=upgrade).status_code == 403
     assert client.get("/ws", headers=upgrade).status_code == 403  # the default line is not hers
+
+
+def test_without_a_broker_the_plants_uns_says_so_per_line(client):
+    """GET /api/plant/uns (issue 52) with no LINECTL_MQTT_URL: nothing is published."""
+    r = client.get("/api/plant/uns", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["connected"] is False and body["format"] is None
+    assert [line["id"] for line in body["lines"]][:2] == ["demo-cell", "cell-b"]
+    assert all(line["publishedSeq"] is None and line["backlog"] is None for line in body["lines"])
+    assert client.get("/api/plant/uns", headers=AUTH).status_code == 403

@@ -88,6 +88,19 @@ def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory
         assert host.nodes[LINE].live.get("/Line/Scrapped") == line["scrapped"] and line["completed"] >= 1
         assert not host.errors, host.errors[:10]
         assert all(not historical for _s, historical in host.event_seqs[LINE])
+        # What the broker acknowledged, as the gateway tells an admin (and no one else).
+        assert stack.get("/api/plant/uns", token)[0] == 403
+        admin = stack.token("admin")
+
+        def caught_up():
+            code, uns = stack.get("/api/plant/uns", admin)
+            assert code == 200, uns
+            return uns["lines"][0]["backlog"] == 0 and uns
+        uns = wait_for(caught_up, 15, 0.1, "the broker acknowledging the whole log")
+        assert uns["connected"] is True and uns["format"] == "sparkplug"
+        assert uns["lines"] == [{"id": LINE, "publishedSeq": uns["lines"][0]["logSeq"],
+                                 "logSeq": uns["lines"][0]["logSeq"], "backlog": 0}]
+        assert uns["lines"][0]["logSeq"] >= last
     finally:
         host.stop()
 
