@@ -12,6 +12,7 @@ cycle of this cell)."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -186,3 +187,10 @@ def records(conn_factory, f: PieceFilter, batch: int = 1000):
 
 CSV_COLUMNS = ("lineId", "serial", "jobId", "workOrderId", "workOrderCode", "productId", "status", "createdAt",
                "finishedAt", "steps", *HISTORY)
+
+
+def csv_row(line_id: str, record: dict) -> list:
+    """A record as one CSV row of ``CSV_COLUMNS``: its steps and history as JSON."""
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    return [line_id, *(record[k] for k in CSV_COLUMNS[1:9]),
+            *(json.dumps(record[k], **compact) for k in CSV_COLUMNS[9:])]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 from flask import Response, request, stream_with_context
 
@@ -68,12 +67,6 @@ def list_pieces(args):
     return reply({"items": [of_line(i) for i in items], "nextCursor": nxt})
 
 
-def csv_row(line_id: str, record: dict) -> list:
-    compact = {"separators": (",", ":"), "ensure_ascii": False}
-    return [line_id, *(record[k] for k in pq.CSV_COLUMNS[1:9]),
-            *(json.dumps(record[k], **compact) for k in pq.CSV_COLUMNS[9:])]
-
-
 def _csv(f: pq.PieceFilter) -> Response:
     line = current_line()
 
@@ -82,7 +75,7 @@ def _csv(f: pq.PieceFilter) -> Response:
         writer = csv.writer(out)
         writer.writerow(pq.CSV_COLUMNS)
         for n, record in enumerate(pq.records(read_session, f, CSV_BATCH), 1):
-            writer.writerow(csv_row(line.id, record))
+            writer.writerow(pq.csv_row(line.id, record))
             if n % 100 == 0:  # a chunk per hundred pieces: constant memory, few writes
                 yield out.getvalue()
                 out.seek(0)

@@ -49,6 +49,7 @@ COMMANDS = {
                 "restore a backup into an empty database (--force replaces what is there)"),
     "users": ("users:run", "local users: add, passwd, disable, enable, list"),
     "lines": ("lines:run", "a line's database URL, its own login: credentials ID [--rotate]"),
+    "export": ("export:run_export", "an archive file of piece records: pieces --from --to --format csv|jsonl"),
 }
 
 
@@ -147,6 +148,17 @@ def _lines_args(p: argparse.ArgumentParser) -> None:
                              help="a new password, stored and set on the line's role (restart the line)")
 
 
+def _export_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="export_what", required=True)
+    pieces = sub.add_parser("pieces", help="the records of the pieces made in a window")
+    pieces.add_argument("--from", dest="from_", required=True, help="ISO-8601 (no offset: UTC), inclusive")
+    pieces.add_argument("--to", required=True, help="ISO-8601 (no offset: UTC), exclusive")
+    pieces.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    pieces.add_argument("--output", default=None,
+                        help="the file (default <LINECTL_DATA_DIR>/exports/pieces-<from>-<to>.<format>)")
+    pieces.add_argument("--line", default=None, metavar="ID", help="one line's pieces (default: every line's)")
+
+
 ARGUMENTS = {
     "migrate": _migrate_args,
     "purge": _retention_args,
@@ -158,6 +170,7 @@ ARGUMENTS = {
     "restore": functools.partial(_dump_args, restore=True),
     "users": users_arguments.add_arguments,
     "lines": _lines_args,
+    "export": _export_args,
 }
 
 
@@ -188,7 +201,7 @@ LEAVE_AT_ONCE = ("up", "retention")
 
 # Commands that answer and end: what they print is their answer, and their log
 # (stderr) says only WARNING and above; LINECTL_LOG_LEVEL=DEBUG still says all.
-ANSWERING = ("users", "lines", "migrate", "purge", "backup", "restore")
+ANSWERING = ("users", "lines", "migrate", "purge", "backup", "restore", "export")
 
 
 def _log_level(command: str, level: str) -> str:
