@@ -72,6 +72,7 @@ def opcua_options(config: dict, settings) -> dict[str, Any]:
             "cert": pick("CERT", settings.opcua_cert),
             "key": pick("KEY", settings.opcua_key),
             "server_cert": pick("SERVER_CERT", settings.opcua_server_cert),
+            "cert_dir": config.get("LINECTL_OPCUA_CERT_DIR") or settings.opcua_cert_dir,
             "data_dir": config.get("LINECTL_DATA_DIR") or settings.data_dir}
 
 

@@ -36,6 +36,13 @@ def ensure_certificate(directory: Path, name: str, app_uri: str, server: bool) -
     return cert_der, key_pem
 
 
+def certificate_directory(options: dict) -> Path:
+    """Where the client's generated certificate is: ``cert_dir``
+    (``LINECTL_OPCUA_CERT_DIR``; ``linectl up`` names ``<data dir>/opcua`` to a
+    line's processes), else ``<data_dir>/opcua``."""
+    return Path(options.get("cert_dir") or Path(options.get("data_dir") or "var") / "opcua")
+
+
 def read_certificate(path: Path) -> tuple[bytes, str]:
     """A certificate file's bytes and its format ("pem" or "der", from the content)."""
     data = Path(path).read_bytes()

@@ -15,7 +15,9 @@ for ``--no-lines``), ``central=False`` leaves out the gateway and retention.
 
 A line's processes get their line's database URL (its own login,
 ``services.stack.line_credentials``), and no other: the owner's URL is the
-gateway's and retention's only.
+gateway's and retention's only. Their data directory is their line's own
+(``services.stack.line_files``), not the one that holds the superuser's and
+the other lines' passwords.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import sys
 from collections.abc import Collection, Mapping
 
 from services.hardware.sim.serving import EXIT_CANNOT_LISTEN
+from services.stack.line_files import line_files_env
 from services.stack.plant_lines import line_env, lines_of, sim_port
 from services.stack.supervisor import ProcessSpec
 from shared.config import Settings
-from shared.plant import Plant, PlantLine
+from shared.plant import Plant, PlantLine, plant_of
 
 HARDWARE_STOP_SECONDS = 35.0
 
@@ -117,14 +120,15 @@ def stack_processes(settings: Settings, database_url: str | None, plant: Plant |
     line_urls = line_urls or {}
     env = {"LINECTL_DATABASE_URL": database_url}
 
-    def line_env_of(line_id: str | None) -> dict:
-        url = line_urls.get(line_id) if line_id else next(iter(line_urls.values()), None)
-        return line_database_env(settings, url) if url else env
+    def line_env_of(line_id: str) -> dict:
+        url = line_urls.get(line_id)
+        return {**line_files_env(settings, line_id), **(line_database_env(settings, url) if url else env)}
 
     specs: list[ProcessSpec] = []
     if plant is None:
         if lines is None or lines:
-            specs += _one_line(settings, line_env_of(None))
+            line_id = next(iter(line_urls), None) or plant_of(settings).line_ids[0]  # the layout's id
+            specs += _one_line(settings, line_env_of(line_id))
     else:
         for line in lines_of(plant, lines):
             specs += _plant_line(settings, plant, line, line_env_of(line.id))

@@ -24,9 +24,11 @@ class PlcSettings:
     opcua_security: str = ""
     opcua_user: str | None = None
     opcua_password: str | None = None
-    # The client's certificate and key (PEM); unset -> generated once into <data_dir>/opcua/.
+    # The client's certificate and key (PEM); unset -> generated once into the certificate
+    # directory (the simulator's server certificate too): opcua_cert_dir, unset <data_dir>/opcua/.
     opcua_cert: Path | None = None
     opcua_key: Path | None = None
+    opcua_cert_dir: Path | None = None
     # The server certificate to trust (PEM or DER); unset -> the one the server presents.
     opcua_server_cert: Path | None = None
 
@@ -98,5 +100,6 @@ PARSERS = {
     "OPCUA_PASSWORD": ("opcua_password", lambda n, r: r or None),
     "OPCUA_CERT": ("opcua_cert", lambda n, r: Path(r.strip()).expanduser()),
     "OPCUA_KEY": ("opcua_key", lambda n, r: Path(r.strip()).expanduser()),
+    "OPCUA_CERT_DIR": ("opcua_cert_dir", lambda n, r: Path(r.strip()).expanduser()),
     "OPCUA_SERVER_CERT": ("opcua_server_cert", lambda n, r: Path(r.strip()).expanduser()),
 }

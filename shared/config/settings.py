@@ -23,13 +23,21 @@ class Settings(database.DatabaseSettings, transport.TransportSettings, line.Line
     def replace(self, **changes) -> Settings:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def opcua_cert_directory(self) -> Path:
+        """Where generated OPC UA certificates are kept: ``LINECTL_OPCUA_CERT_DIR``,
+        else ``<data dir>/opcua`` (``linectl up`` names it to a line's processes,
+        whose own data directory is another)."""
+        return self.opcua_cert_dir or self.data_dir / "opcua"
+
 
 # LINECTL_<name> -> (field, parser), in the order they are read
 PARSERS = {**database.PARSERS, **transport.PARSERS, **line.PARSERS, **gateway.PARSERS, **plc.PARSERS,
            **tokens.PARSERS, **ai.PARSERS, **retention.PARSERS, **people.PARSERS, **mqtt.PARSERS}
 
 
-def _from_config_file(config_file: str) -> dict[str, str]:
+def config_file_values(config_file: str) -> dict[str, str]:
+    """The settings a ``LINECTL_CONFIG`` file gives, by name without the prefix, as text."""
     try:
         data = yaml.safe_load(Path(config_file).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -49,7 +57,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting. Raises :class:`SettingsError`."""
     env = dict(os.environ if environ is None else environ)
     config_file = env.get(PREFIX + "CONFIG")
-    raw = _from_config_file(config_file) if config_file else {}
+    raw = config_file_values(config_file) if config_file else {}
     for key in PARSERS:
         if PREFIX + key in env:
             raw[key] = env[PREFIX + key]

@@ -1,7 +1,8 @@
 """``linectl up`` as a real process tree for tests: free ports, a temp data
 directory, its own message vhost; the processes it starts are found by the
-data directory in their environment (never by a broad name), and every one of
-them is killed at the end, also when a test fails."""
+data directory in their environment (a line's processes: their line's
+directory under it), never by a broad name, and every one of them is killed
+at the end, also when a test fails."""
 
 from __future__ import annotations
 
@@ -124,10 +125,12 @@ class Stack:
     # -- what runs ---------------------------------------------------------------------
 
     def pids(self) -> list[str]:
-        """Every live process started for this stack (they carry its data dir)."""
+        """Every live process started for this stack (they carry its data dir, a
+        line's processes their line's directory under it)."""
         own = str(os.getpid())
         return [p for p in os.listdir("/proc") if p.isdigit() and p != own
-                and self.marker in _environ(p).split(b"\0")]
+                and any(entry == self.marker or entry.startswith(self.marker + b"/")
+                        for entry in _environ(p).split(b"\0"))]
 
     def process(self, name: str) -> int | None:
         """The pid of the stack's process ``name`` (its command line names it)."""

@@ -6,6 +6,8 @@ No process is started here."""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 from services.stack.cli import build_parser
 from services.stack.commands import sim as sim_command
+from services.stack.line_files import make_line_data_dirs
 from services.stack.plant_lines import plant_here, sim_port
 from services.stack.processes import stack_processes
 from shared.config import load_settings
@@ -52,7 +55,8 @@ def test_without_a_plant_file_the_processes_are_those_of_before():
         [PY, "-m", "services.stack.run_service", "line_controller"],
         [PY, "-m", "gateway", "--name", "gateway"],
         [PY, "-m", "services.stack.cli", "retention"]]
-    assert all(s.env == {"LINECTL_DATABASE_URL": URL} for s in specs)
+    assert all(s.env["LINECTL_DATABASE_URL"] == URL for s in specs)
+    assert [s.env.get("LINECTL_DATA_DIR") for s in specs] == ["var/lines/demo-cell"] * 3 + [None] * 2
     assert [s.name for s in processes(settings_of(PLC="127.0.0.1:502", RETENTION_INTERVAL_SECONDS=0))] == [
         "hardware", "line_controller", "gateway"]
     # --no-lines: the gateway and retention; --lines with the one line's id: its processes only.
@@ -73,10 +77,10 @@ def test_with_a_plant_file_every_line_has_its_processes_then_one_gateway(plant_f
     assert by_name["sim@cell-b"].argv == [PY, "-m", "services.stack.cli", "sim", "--line", "cell-b", "--port", "6001"]
     assert by_name["hardware@cell-b"].argv == [PY, "-m", "services.stack.run_service", "hardware", "--line", "cell-b"]
     assert by_name["line_controller@cell-a"].argv[-3:] == ["line_controller", "--line", "cell-a"]
-    assert by_name["hardware@cell-b"].env == {
+    assert by_name["hardware@cell-b"].env.items() >= {
         "LINECTL_DATABASE_URL": URL, "LINECTL_LINE_FILE": str(DEPLOY / "lines/cell-b.yaml"),
         "LINECTL_PLC": "sim", "LINECTL_SIM_PROTOCOL": "opcua", "LINECTL_SIM_PORT": "6001",
-        "LINECTL_PLANT_FILE": str(plant_file)}
+        "LINECTL_PLANT_FILE": str(plant_file), "LINECTL_DATA_DIR": "var/lines/cell-b"}.items()
     assert by_name["hardware@cell-c"].env["LINECTL_PLC"] == "opc.tcp://10.0.0.7:4840"
     for spec in specs[:-2]:  # each of a line's processes names its kind and its line
         kind, _, line_id = spec.name.partition("@")
@@ -118,6 +122,46 @@ def test_each_line_s_processes_get_their_line_s_url_only(plant_file):
     # Without a plant file: the one line's URL.
     specs = stack_processes(settings_of(), URL, None, line_urls={"demo-cell": own["cell-a"]})
     assert [s.env["LINECTL_DATABASE_URL"] for s in specs] == [own["cell-a"]] * 3 + [URL] * 2
+
+
+def test_a_line_s_processes_read_their_line_s_own_data_directory_and_no_central_secret(
+        plant_file, tmp_path, monkeypatch):
+    """"Line credentials": the data directory holds the superuser's password, every line's and
+    the tokens; a line's processes get their line's own directory under it (0700), the OPC UA
+    certificates where they were, none of the central processes' secrets, and a LINECTL_CONFIG
+    file's settings (it may hold the owner's URL) as variables, not the file."""
+    data = tmp_path / "data"
+    config = tmp_path / "linectl.yaml"
+    config.write_text(f"LINECTL_DATABASE_URL: {URL}\nTOKENS: operator:{'t' * 24}\nSIM_SPEED: 7\nLOG_LEVEL: ERROR\n")
+    central = {"LINECTL_CONFIG": str(config), "LINECTL_DATA_DIR": str(data), "LINECTL_PLANT_FILE": str(plant_file),
+               "LINECTL_LOG_LEVEL": "WARNING", "LINECTL_TLS_CERT": str(tmp_path / "cert.pem"),
+               "LINECTL_AI_CREDENTIAL_KEY": "k" * 44}
+    for name in list(os.environ):
+        if name.startswith("LINECTL_"):
+            monkeypatch.delenv(name)
+    for name, value in central.items():
+        monkeypatch.setenv(name, value)
+    settings = settings_of(CONFIG=config, DATA_DIR=data, PLANT_FILE=plant_file)
+    plant, ids = plant_here(settings)
+    own = {"cell-b": "postgresql://linectl_line_cell-b:pw@db:5432/linectl"}
+    for spec in stack_processes(settings, URL, plant, ids, line_urls=own):
+        kind, _, line_id = spec.name.partition("@")
+        # what the supervisor hands the process: its environment, over linectl up's
+        env = {k: v for k, v in {**os.environ, **spec.env}.items() if v is not None}
+        if not line_id:
+            assert env["LINECTL_CONFIG"] == str(config) and env["LINECTL_DATA_DIR"] == str(data)
+            continue
+        assert "LINECTL_CONFIG" not in env and "LINECTL_TLS_CERT" not in env and "LINECTL_AI_CREDENTIAL_KEY" not in env
+        assert env["LINECTL_DATA_DIR"] == str(data / "lines" / line_id)
+        seen = load_settings(env)
+        assert seen.data_dir == data / "lines" / line_id
+        assert seen.opcua_cert_directory == data / "opcua"  # one pair for a line's hardware and simulator
+        assert (seen.sim_speed, seen.log_level, seen.tokens) == (7.0, "WARNING", {})  # the environment wins
+        assert seen.database_url == own.get(line_id, URL)  # (cell-a and cell-c here without a login: the roles off)
+    make_line_data_dirs(settings, plant.line_ids)
+    make_line_data_dirs(settings, plant.line_ids)  # again: a second up
+    assert sorted(p.name for p in (data / "lines").iterdir()) == ["cell-a", "cell-b", "cell-c"]
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in (data / "lines").iterdir())
 
 
 def test_an_unknown_line_or_a_bad_plant_file_is_one_line_naming_it(plant_file, tmp_path):

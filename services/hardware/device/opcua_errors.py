@@ -18,7 +18,6 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from asyncua import Client, ua
@@ -27,6 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from services.hardware.device.port import PLC_IDENTITY_MISMATCH, PlcUnavailable
+from services.hardware.opcua_certs import certificate_directory
 
 REPEAT_EVERY = 60.0  # seconds between two lines of the same problem
 
@@ -81,7 +81,7 @@ async def presented_certificate(url: str, timeout: float) -> bytes | None:
 
 def client_certificate_file(options: dict[str, Any]) -> str:
     """Where this client's certificate is: given, or generated under the data directory."""
-    return str(options.get("cert") or Path(options.get("data_dir") or "var") / "opcua" / "linectl-hardware.der")
+    return str(options.get("cert") or certificate_directory(options) / "linectl-hardware.der")
 
 
 def explain(exc: BaseException, url: str, credentials: dict[str, Any] | None,

@@ -14,7 +14,7 @@ from asyncua import Client, ua
 from asyncua.crypto import security_policies, uacrypto
 
 from services.hardware.device.port import PlcUnavailable
-from services.hardware.opcua_certs import ensure_certificate, read_certificate
+from services.hardware.opcua_certs import certificate_directory, ensure_certificate, read_certificate
 
 CLIENT_APP_URI = "urn:linectl:hardware"
 # The subscription asked for: published every 10 ms; each item sampled as fast as the
@@ -39,7 +39,7 @@ def load_credentials(options: dict[str, Any]) -> dict[str, Any]:
     elif opts.get("cert") or opts.get("key"):
         raise ValueError("LINECTL_OPCUA_CERT and LINECTL_OPCUA_KEY go together")
     else:
-        cert, key = ensure_certificate(Path(opts.get("data_dir") or "var") / "opcua", "linectl-hardware",
+        cert, key = ensure_certificate(certificate_directory(opts), "linectl-hardware",
                                        CLIENT_APP_URI, server=False)
         cert_format = "der"
     server_cert = read_certificate(Path(opts["server_cert"])) if opts.get("server_cert") else None

@@ -44,7 +44,7 @@ def _opcua_simulator(settings: Settings, layout, options: SimOptions, port: int)
         return None
     sim = OpcUaLineSimulator(layout, options, settings.sim_host, port, security=security,
                              user=settings.opcua_user, password=settings.opcua_password,
-                             cert_dir=settings.data_dir / "opcua")
+                             cert_dir=settings.opcua_cert_directory)
     print(f"linectl sim: OPC UA on {sim.address}, security {security}, "
           f"speed {options.speed:g}x, scrap rate {options.scrap_rate:g}", flush=True)
     return sim

@@ -19,6 +19,7 @@ import threading
 from services.identity import bootstrap
 from services.stack.commands.database import database_url, stop_if_started
 from services.stack.line_credentials import check_migrated, ensure_logins, given_logins
+from services.stack.line_files import make_line_data_dirs
 from services.stack.migrate import current_heads, register_plant, upgrade
 from services.stack.plant_lines import check_sim_ports, plant_here
 from services.stack.processes import stack_processes
@@ -70,6 +71,7 @@ def run(settings: Settings, args) -> int:
         upgrade(url)
         register_plant(url, line_plant)  # every line's schema and role, before its services start
         line_urls = ensure_logins(url, settings, line_plant, here) if settings.db_roles else {}
+    make_line_data_dirs(settings, here)  # each line's processes' own data directory
     admin_password = bootstrap.initial_admin_at(url, settings) if central else None
     settings = ensure_tokens(settings) if central else settings
     specs = stack_processes(settings, url, plant, lines, central=central, line_urls=line_urls)
