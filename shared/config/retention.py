@@ -19,6 +19,9 @@ class RetentionSettings:
     retention_dead_letter_days: int = 14
     # Piece records (PRODUCT.md, "Piece traceability"): quality keeps them for years.
     piece_retention_days: int = 3650
+    # Events the MQTT broker has not acknowledged (services.uns) outlive event_days up to
+    # this bound; past it retention purges them anyway, counts and logs them.
+    retention_unpublished_days: int = 90
     retention_interval_seconds: int = 3600
 
 
@@ -32,5 +35,6 @@ PARSERS = {
     "RETENTION_AUDIT_DAYS": ("retention_audit_days", _days),
     "RETENTION_DEAD_LETTER_DAYS": ("retention_dead_letter_days", _days),
     "PIECE_RETENTION_DAYS": ("piece_retention_days", _days),
+    "RETENTION_UNPUBLISHED_DAYS": ("retention_unpublished_days", _days),
     "RETENTION_INTERVAL_SECONDS": ("retention_interval_seconds", lambda n, r: parse_int(n, r, 0, 7 * 86400)),
 }

@@ -4,7 +4,11 @@ Deletes, in small batches (short transactions, no long locks):
 
 * ``event_log`` rows older than ``event_days``, never the newest one (the
   loop numbers on from it, so ``seq`` never restarts). A client resuming from a
-  purged ``seq`` is told so with a gap frame (``/ws``) or ``gap`` (``/api/events``);
+  purged ``seq`` is told so with a gap frame (``/ws``) or ``gap`` (``/api/events``).
+  An event the MQTT broker has not acknowledged yet (after the line's
+  ``uns_node.acked_seq``: the northbound publisher, ``services.uns``) is kept
+  until it is ``unpublished_days`` old; then it is purged all the same, counted
+  in ``uns_node.purged_unpublished`` (``/metrics``) and logged as a warning;
 * handled ``loop_message`` rows older than ``event_days`` (so an
   ``Idempotency-Key`` is remembered that long; QUEUED ones are never purged);
 * finished AI jobs (succeeded, failed, cancelled) older than ``ai_days``, with
@@ -25,6 +29,7 @@ queue only insert new ones and update live ones), so it runs beside them: every
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -32,6 +37,8 @@ from sqlalchemy.engine import Engine
 
 from shared.config import Settings
 from shared.db.lines import PUBLIC, line_schemas, quote
+
+log = logging.getLogger(__name__)
 
 BATCH = 5000
 
@@ -45,13 +52,15 @@ class RetentionPolicy:
     audit_days: int = Settings.retention_audit_days
     dead_letter_days: int = Settings.retention_dead_letter_days
     piece_days: int = Settings.piece_retention_days
+    unpublished_days: int = Settings.retention_unpublished_days
 
     @classmethod
     def from_settings(cls, settings) -> RetentionPolicy:
         return cls(event_days=settings.retention_event_days, ai_days=settings.retention_ai_days,
                    audit_days=settings.retention_audit_days,
                    dead_letter_days=settings.retention_dead_letter_days,
-                   piece_days=settings.piece_retention_days)
+                   piece_days=settings.piece_retention_days,
+                   unpublished_days=settings.retention_unpublished_days)
 
 
 def _delete_batches(engine: Engine, sql: str, params: dict, schema: str = PUBLIC) -> int:
@@ -66,14 +75,44 @@ def _delete_batches(engine: Engine, sql: str, params: dict, schema: str = PUBLIC
             return total
 
 
+# Old events, never the newest; those after the broker's acknowledgement (``:acked``, NULL
+# without a publisher) only when also older than ``:hold`` days, and counted apart.
+_OLD_EVENTS = """
+    DELETE FROM event_log WHERE seq IN (
+      SELECT seq FROM event_log WHERE at < now() - make_interval(days => :days)
+        AND seq < (SELECT max(seq) FROM event_log)
+        AND {published}
+      ORDER BY seq LIMIT :batch)"""
+_PUBLISHED = "(CAST(:acked AS bigint) IS NULL OR seq <= :acked)"
+_UNPUBLISHED = "seq > :acked AND at < now() - make_interval(days => :hold)"
+
+
+def _purge_events(engine: Engine, policy: RetentionPolicy, schema: str) -> int:
+    """The line's old events; what the broker never acknowledged only past ``unpublished_days``."""
+    with engine.connect() as conn:
+        acked = conn.execute(text("SELECT acked_seq FROM public.uns_node WHERE schema_name = :schema"),
+                             {"schema": schema}).scalar()
+    params = {"days": policy.event_days, "acked": acked}
+    purged = _delete_batches(engine, _OLD_EVENTS.format(published=_PUBLISHED), params, schema)
+    if acked is None:
+        return purged
+    lost = _delete_batches(engine, _OLD_EVENTS.format(published=_UNPUBLISHED),
+                           {**params, "hold": policy.unpublished_days}, schema)
+    if lost:
+        with engine.begin() as conn:
+            line_id = conn.execute(text(
+                "UPDATE public.uns_node SET purged_unpublished = purged_unpublished + :n, updated_at = now()"
+                " WHERE schema_name = :schema RETURNING line_id"), {"n": lost, "schema": schema}).scalar()
+        log.warning("retention: purged %d event(s) of line %s the MQTT broker never acknowledged (older than "
+                    "%d days, LINECTL_RETENTION_UNPUBLISHED_DAYS); a host will miss their seqs", lost, line_id,
+                    policy.unpublished_days)
+    return purged + lost
+
+
 def _purge_line(engine: Engine, policy: RetentionPolicy, schema: str) -> dict[str, int]:
     ev = {"days": policy.event_days}
     return {
-        "event_log": _delete_batches(engine, """
-            DELETE FROM event_log WHERE seq IN (
-              SELECT seq FROM event_log WHERE at < now() - make_interval(days => :days)
-                AND seq < (SELECT max(seq) FROM event_log)
-              ORDER BY seq LIMIT :batch)""", ev, schema),
+        "event_log": _purge_events(engine, policy, schema),
         "loop_message": _delete_batches(engine, """
             DELETE FROM loop_message WHERE id IN (
               SELECT id FROM loop_message WHERE status <> 'QUEUED'

@@ -87,3 +87,29 @@ def test_the_retention_process_purges_at_once_and_stops_cleanly_on_sigterm(engin
             proc.kill()
     assert proc.returncode == 0, out
     assert "event_log=2" in out
+
+
+def test_purge_keeps_what_the_mqtt_broker_has_not_acknowledged_up_to_its_bound(engine, caplog):
+    """The northbound publisher's outbox is the log: an event after the line's
+    ``uns_node.acked_seq`` outlives ``event_days``; past ``unpublished_days`` it goes
+    all the same, counted (``/metrics``) and logged."""
+    with engine.begin() as c:
+        c.execute(text("""
+            INSERT INTO event_log (seq, tx_id, type, at, payload)
+            SELECT g, g, 'Old', now() - make_interval(days => CASE WHEN g <= 3 THEN 100 ELSE 40 END), '{}'
+              FROM generate_series(1, 5) g"""))
+        c.execute(text("INSERT INTO event_log (seq, tx_id, type, at, payload) VALUES (6, 6, 'New', now(), '{}')"))
+        c.execute(text("INSERT INTO uns_node (line_id, schema_name, acked_seq) VALUES ('demo-cell', 'public', 1)"))
+    with caplog.at_level("WARNING", logger="shared.db.retention"):
+        assert purge(engine, RetentionPolicy(event_days=30, unpublished_days=90))["event_log"] == 3
+    with engine.connect() as c:
+        assert [r[0] for r in c.execute(text("SELECT seq FROM event_log ORDER BY seq"))] == [4, 5, 6]
+        assert c.execute(text("SELECT purged_unpublished FROM uns_node")).scalar() == 2
+    warned = [r.getMessage() for r in caplog.records if "never acknowledged" in r.getMessage()]
+    assert len(warned) == 1 and "2 event(s) of line demo-cell" in warned[0], warned
+    # Acknowledged now: the rest may go at event_days, and nothing more is counted lost.
+    with engine.begin() as c:
+        c.execute(text("UPDATE uns_node SET acked_seq = 6"))
+    assert purge(engine, RetentionPolicy(event_days=30, unpublished_days=90))["event_log"] == 2
+    with engine.connect() as c:
+        assert c.execute(text("SELECT purged_unpublished FROM uns_node")).scalar() == 2
