@@ -11,7 +11,8 @@ PostgreSQL:
   ``/readyz`` (every line's services and PLC) turns 200; the second line's
   controller answers under its own name, and takes a work order through
   ``/api/lines/<id>/…``. Whatever a line's process holds (its environment, the
-  files it names) writes no other line's rows, nor the people, audit or AI
+  files it names, the files under the directories it names: its data directory
+  is its line's own) writes no other line's rows, nor the people, audit or AI
   tables ("Line credentials"). SIGTERM stops every host's processes. (A line's process is supervised as any other:
   tests/unit/test_supervisor.py, tests/ops/test_plant.py's respawned controller.)
 - ``migrate`` registers the plant's lines, and sets each line's login.
@@ -21,19 +22,20 @@ PostgreSQL:
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
+import stat
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import psycopg2
 import pytest
 
 from shared.config import mask_url
+from tests.ops.line_holdings import credentials_held, environ_of, held_files, named_paths, refused, try_writes
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,22 +162,28 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
     assert scalar(owner_url, 'SELECT count(*) FROM "line_cell-b".work_order WHERE code = %s', order["code"]) == 1
     assert scalar(owner_url, "SELECT count(*) FROM public.work_order WHERE code = %s", order["code"]) == 0
 
-    # Line credentials: whatever a line's process holds (its environment, and every file it is
-    # pointed at) writes neither another line's rows nor the people, audit or AI tables.
+    # Line credentials: whatever a line's process holds (its environment, every file it names
+    # and every file under every directory it names) writes neither another line's rows nor
+    # the people, audit or AI tables. Its data directory is its line's own (0700), never the
+    # host's, which holds the embedded server's and every line's password and the tokens.
     superuser_password = urlsplit(owner_url).password
     for (kind, line_id), pid in pids.items():
         env = environ_of(pid)
-        held = credentials_held(env)
+        named = {name: path.resolve() for name, path in named_paths(pid, env).items()}
+        assert named["LINECTL_DATA_DIR"] == (hosts[line_id].data_dir / "lines" / line_id).resolve(), (kind, named)
+        assert stat.S_IMODE(named["LINECTL_DATA_DIR"].stat().st_mode) == 0o700
+        assert not {hosts[line_id].data_dir.resolve(), central.data_dir.resolve()} & set(named.values()), \
+            f"{kind}@{line_id} is pointed at a host's data directory: {named}"
+        files = held_files(pid, env)
+        held = credentials_held(env, files, ("postgres", *(f"linectl_line_{i}" for i in LINES)))
         assert urls[line_id] in held, (kind, line_id, held)  # it holds its line's URL, and logs in with it
         assert try_writes(urls[line_id], [f"DELETE FROM {TABLE_OF[line_id]}.loop_message WHERE false"]) == [None]
         assert not any(superuser_password in value for value in env.values()), (kind, line_id)
-        assert not any(superuser_password in text for text in pointed_files(env).values()), (kind, line_id)
+        assert not any(superuser_password in text for text in files.values()), (kind, line_id)
         for url in held:
             writes = forbidden_writes(line_id)
-            for sql, refused in zip(writes, try_writes(url, writes), strict=True):
-                refused = refused or "it wrote"
-                assert refused.startswith("permission denied") or "password authentication failed" in refused, \
-                    f"{kind}@{line_id} with {mask_url(url)}: {sql}: {refused}"
+            for sql, answer in zip(writes, try_writes(url, writes), strict=True):
+                assert refused(answer), f"{kind}@{line_id} with {mask_url(url)}: {sql}: {answer or 'it wrote'}"
 
     for stack in (host_a, host_b, central):
         assert stack.terminate(30) == 0
@@ -184,7 +192,6 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
 
 UP = [sys.executable, "-m", "services.stack.cli", "up"]
 TABLE_OF = {"cell-a": "public", "cell-b": '"line_cell-b"'}
-DATABASE_SCHEMES = ("postgresql://", "postgres://", "pgsql://")
 
 
 def login_of(url: str) -> str | None:
@@ -197,47 +204,6 @@ def linectl_ok(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return done
 
 
-def environ_of(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-
-
-def pointed_files(env: dict[str, str]) -> dict[str, str]:
-    """The text of every file the environment names, and of the secrets file a plant file names."""
-    files = {}
-    for value in env.values():
-        path = Path(value)
-        if value.startswith("/") and path.is_file() and path.stat().st_size < 1_000_000:
-            files[value] = path.read_text(errors="replace")
-    if env.get("LINECTL_PLANT_FILE"):
-        from shared.plant import load_plant
-
-        secrets = load_plant(env["LINECTL_PLANT_FILE"]).secrets_file
-        if secrets is not None:
-            files[str(secrets)] = secrets.read_text()
-    return files
-
-
-def credentials_held(env: dict[str, str]) -> set[str]:
-    """Every database URL in the environment or in a file it names; a file's other
-    words (a password) tried as the superuser and as each line's login."""
-    found = [v for v in env.values() if v.startswith(DATABASE_SCHEMES)]
-    for text in pointed_files(env).values():
-        found += [word for word in text.split() if word.startswith(DATABASE_SCHEMES)]
-    urls = {"postgresql://" + url.split("://", 1)[1] for url in found}
-    server = next(iter(urls), None)  # a password alone: tried on the same server
-    for text in pointed_files(env).values():
-        for word in {w.strip() for w in text.split()} if server and len(text) < 200 else ():
-            for user in ("postgres", *(f"linectl_line_{i}" for i in LINES)):
-                urls.add(with_user(server, user, word))
-    return urls
-
-
-def with_user(url: str, user: str, password: str) -> str:
-    parts = urlsplit(url)
-    return parts._replace(netloc=f"{user}:{quote(password, safe='')}@{parts.netloc.rpartition('@')[2]}").geturl()
-
-
 def forbidden_writes(line_id: str) -> list[str]:
     other = TABLE_OF["cell-b" if line_id == "cell-a" else "cell-a"]
     return [f"INSERT INTO {other}.work_order DEFAULT VALUES", f"UPDATE {other}.work_order SET priority = 1",
@@ -246,33 +212,6 @@ def forbidden_writes(line_id: str) -> list[str]:
             "INSERT INTO people_user DEFAULT VALUES", "DELETE FROM people_session",
             "INSERT INTO people_audit DEFAULT VALUES",
             "INSERT INTO ai_runtime_job DEFAULT VALUES", "DELETE FROM ai_credential"]
-
-
-@functools.cache
-def _refusals(url: str, statements: tuple[str, ...]) -> tuple[str | None, ...]:
-    try:
-        conn = psycopg2.connect(url, connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        return (str(exc).strip().splitlines()[0],) * len(statements)
-    said = []
-    try:
-        for sql in statements:
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(sql)
-                said.append(None)
-            except psycopg2.Error as exc:
-                said.append(str(exc).strip().splitlines()[0])
-            conn.rollback()
-    finally:
-        conn.close()
-    return tuple(said)
-
-
-def try_writes(url: str, statements: list[str]) -> list[str | None]:
-    """For each statement, PostgreSQL's refusal (at login or of the statement), or
-    None when it wrote (each is rolled back). A line's processes hold the same: asked once."""
-    return list(_refusals(url, tuple(statements)))
 
 
 def base_env(**extra: str) -> dict[str, str]:
