@@ -66,6 +66,8 @@ def _create(schema: str) -> None:
     )
     op.create_index('ix_piece_step_job_id', 'piece_step', ['job_id', 'started_at'], schema=schema)
     op.create_index('ix_piece_step_equipment_id', 'piece_step', ['equipment_id', 'started_at'], schema=schema)
+    op.create_index('ix_piece_step_open', 'piece_step', ['job_id'], schema=schema,
+                    postgresql_where=sa.text('ended_at IS NULL'))
     op.create_table(
         'piece_entry',
         sa.Column('id', sa.BigInteger(), autoincrement=True, nullable=False),

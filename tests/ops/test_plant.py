@@ -113,6 +113,7 @@ def test_three_lines_run_at_once_and_one_line_down_stops_only_that_line(stack_fa
                    for i, o in orders.items())
     wait_for(all_completed, 240, 0.5, "every line's order completing")
 
+    serials: set[str] = set()
     for line_id, (_product, quantity) in ORDERS.items():
         order_id = orders[line_id]["id"]
         done = stack.get(f"/api/lines/{line_id}/work-orders/{order_id}", token)[1]
@@ -122,3 +123,41 @@ def test_three_lines_run_at_once_and_one_line_down_stops_only_that_line(stack_fa
         seqs = [e["seq"] for e in events]
         assert seqs == list(range(1, len(seqs) + 1)), f"{line_id}'s seq has gaps"
         assert {e["lineId"] for e in events} == {line_id}
+        serials |= assert_piece_records(stack, token, line_id, order_id, events)
+    assert len(serials) == sum(q for _p, q in ORDERS.values())  # no two pieces of the plant share a serial
+
+
+def assert_piece_records(stack, token, line_id: str, order_id: int, events: list[dict]) -> set[str]:
+    """Every finished piece of the order has its record (PRODUCT.md, "Piece traceability"):
+    found from its serial on any line (``/api/plant/pieces``), its steps the route's on
+    machines of the step's kind, one after another within the piece's life, its inspection
+    step's verdict the inspection event's."""
+    code, jobs = stack.get(f"/api/lines/{line_id}/jobs?workOrderId={order_id}&limit=500", token)
+    assert code == 200, jobs
+    route = next(p["route"] for p in stack.get(f"/api/lines/{line_id}/products", token)[1]["items"]
+                 if p["id"] == ORDERS[line_id][0])
+    kinds = {e["id"]: e["kind"] for e in stack.get(f"/api/lines/{line_id}/equipment", token)[1]["items"]}
+    verdicts = {e["payload"]["id"]: e["payload"]["context"]["inspection"]["pass"] for e in events
+                if e["type"] == "JobContextChanged" and "inspection" in (e["payload"].get("context") or {})}
+    serials = set()
+    for job in jobs["items"]:
+        assert job["status"] in ("COMPLETED", "SCRAPPED"), job
+        code, found = stack.get(f"/api/plant/pieces?serial={quote(job['serial'])}", token)
+        assert code == 200 and [(p["lineId"], p["jobId"]) for p in found["items"]] == [(line_id, job["id"])], found
+        code, piece = stack.get(f"/api/lines/{line_id}/pieces/{quote(job['serial'])}", token)
+        assert code == 200 and piece["status"] == job["status"], piece
+        done = [s for s in piece["steps"] if s["result"] != "ABORTED"]
+        assert [s["stepIndex"] for s in done] == list(range(len(done)))
+        for s, step in zip(done, route, strict=False):
+            assert s["kind"] == step.get("equipmentKind", step["op"]), (s, step)
+            if "equipmentKind" in step:
+                assert kinds[s["equipmentId"]] == step["equipmentKind"] and s["slotNo"] >= 1, s
+        times = [t for s in piece["steps"] for t in (s["startedAt"], s["endedAt"])]
+        assert times == sorted(times) and piece["createdAt"] <= times[0] and times[-1] <= piece["finishedAt"]
+        inspected = [s for s in done if s["kind"] == "inspection"]
+        if job["status"] == "COMPLETED":
+            assert len(done) == len(route), piece["steps"]
+        if inspected:
+            assert inspected[-1]["result"] == {True: "PASS", False: "FAIL"}[verdicts[job["id"]]]
+        serials.add(job["serial"])
+    return serials

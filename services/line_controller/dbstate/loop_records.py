@@ -47,10 +47,8 @@ class LoopRecords(StateBase):
                           corr=msg.correlation_id, actor=msg.actor, created=msg.created_at,
                           status=status, result=None if result is None else as_json(result),
                           ecode=error[0] if error else None, emsg=error[1] if error else None)
-        # The pieces' records of these changes, in the same statement (no round trip of their own).
-        piece_ctes, piece_params = piece_record.write_sql(piece_record.translate(self.events, self.now), self.now)
-        ctes += piece_ctes
-        params.update(piece_params)
+        # The pieces' records of these changes, in this transaction (a statement prepared once).
+        piece_record.write_prepared(self.conn, piece_record.translate(self.events, self.now), self.now)
         ctes.append(
             "e AS (INSERT INTO event_log (seq, tx_id, type, at, payload, message_id) "
             "SELECT f.seq, :tx, f.type, :at, f.payload, :mid "

@@ -380,6 +380,8 @@ class PieceStep(Base):
     __table_args__ = (
         Index("ix_piece_step_job_id", "job_id", "started_at"),
         Index("ix_piece_step_equipment_id", "equipment_id", "started_at"),
+        # The steps under way (a few per machine): what each transaction ends looks here.
+        Index("ix_piece_step_open", "job_id", postgresql_where=sql_text("ended_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
