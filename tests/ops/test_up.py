@@ -1,4 +1,5 @@
-"""``linectl up`` as a real process: the start-up summary, readiness, a killed
+"""``linectl up`` as a real process: the start-up summary, what a line's
+processes hold (their line's login, their own data directory), readiness, a killed
 process restarted, a truthful /readyz, a PostgreSQL restart survived, an
 orderly stop on SIGTERM, and a second ``up`` that resumes on the same data,
 passes SIGHUP on to the gateway and stops cleanly (SIGTERM) within 2 s: no
@@ -16,7 +17,9 @@ from urllib.parse import quote
 
 import psycopg2
 
+from shared.config import mask_url
 from shared.db.embedded import EmbeddedPostgres
+from tests.ops.line_holdings import credentials_held, environ_of, held_files, named_paths, refused, try_writes
 from tests.ops.stack import NAMES
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
@@ -95,9 +98,31 @@ def postgres_restarted(stack, out: str) -> tuple[str, dict]:
     return token, order
 
 
+def line_holds_its_own_login_only(stack, pids: dict) -> None:
+    """"Line credentials", one line: its processes' data directory is the line's own,
+    and nothing they hold (their environment, the files it names, the files under the
+    directories it names) is the superuser's password or a token, or writes the
+    people, audit or AI tables."""
+    superuser = (stack.data_dir / "pg.password").read_text().strip()
+    tokens = [pair.split(":")[-1] for pair in (stack.data_dir / "tokens").read_text().strip().split(",")]
+    for kind in ("sim", "hardware", "line_controller"):
+        env = environ_of(pids[kind])
+        named = {name: path.resolve() for name, path in named_paths(pids[kind], env).items()}
+        assert named["LINECTL_DATA_DIR"] == (stack.data_dir / "lines" / "demo-cell").resolve(), (kind, named)
+        assert stack.data_dir.resolve() not in named.values(), (kind, named)
+        files = held_files(pids[kind], env)
+        for secret in (superuser, *tokens):
+            assert not any(secret in text for text in (*env.values(), *files.values())), (kind, secret[:4])
+        writes = ["INSERT INTO people_user DEFAULT VALUES", "INSERT INTO people_audit DEFAULT VALUES",
+                  "DELETE FROM ai_credential"]
+        for url in credentials_held(env, files, ("postgres", "linectl_line_demo-cell")):
+            assert all(map(refused, try_writes(url, writes))), (kind, mask_url(url), try_writes(url, writes))
+
+
 def test_up_runs_supervises_stops_and_resumes(stack_factory):
     stack = stack_factory(retention=True).up()
     out, pids = check_the_summary_and_processes(stack)
+    line_holds_its_own_login_only(stack, pids)
 
     restarted = hardware_frozen_then_killed(stack, pids)
 
