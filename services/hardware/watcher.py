@@ -26,6 +26,14 @@ from shared.layout import Layout
 
 Signal = tuple[str, dict[str, Any]]
 log = logging.getLogger(__name__)
+# The line_controller refuses a payload text longer than this (its payloads.MAX_TEXT),
+# and with it the whole edge: a loss whose reason is cut still holds the line.
+ERROR_TEXT_MAX = 200
+
+
+def cut(text: str, limit: int = ERROR_TEXT_MAX) -> str:
+    """``text`` within ``limit`` characters, an ellipsis saying it was cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 class SignalWatcher:
@@ -78,7 +86,7 @@ class SignalWatcher:
             log.error("PLC refused: %s", exc.message)
         else:
             log.warning("PLC connection lost: %s", exc.message)
-        return [(ev.PLC_CONNECTION, {"connected": False, "error": exc.message[:300], "errorCode": exc.code,
+        return [(ev.PLC_CONNECTION, {"connected": False, "error": cut(exc.message), "errorCode": exc.code,
                                      "observedAt": self._stamp(None)})]
 
     def _edges(self, state: dict[str, Any]) -> list[Signal]:

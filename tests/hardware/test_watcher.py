@@ -6,7 +6,8 @@ import pytest
 from nameko.testing.services import entrypoint_hook
 
 from services.hardware.device import PlcUnavailable, open_port
-from services.hardware.watcher import SignalWatcher
+from services.hardware.watcher import ERROR_TEXT_MAX, SignalWatcher
+from services.line_controller.messages import new_message
 from shared import events as ev
 from tests.hardware.conftest import PROTOCOLS, line_of, more_polls, settle
 from tests.support.waiting import wait_for
@@ -121,6 +122,21 @@ def test_a_machine_fault_is_reported_when_it_comes_and_when_it_clears(layout, si
     sim.model.mem[mc2.base + P.M_FAULT] = 0
     assert _untimed(settle(watcher, expect=1)) == [(ev.MACHINE_FAULT, {"machineId": "MC2", "fault": None})]
     assert [s for s in settle(watcher) if s[0] != ev.PLC_CONNECTION] == []
+    watcher.port.close()
+
+
+def test_a_dropped_link_is_an_edge_the_line_controller_takes(layout, sim, control):
+    """A connection the PLC closes mid-read is lost in pymodbus' own words, longer
+    than the line_controller takes: cut, or the loop refuses the edge and the line
+    never hears that its PLC went away (no PLC_DISCONNECTED, work sent into the gap)."""
+    watcher = SignalWatcher(open_port(sim.address, layout, timeout=5.0), layout)
+    assert settle(watcher, expect=1)[0][1]["connected"] is True
+    control.drop(2.0)
+    lost = wait_for(lambda: [p for t, p in watcher.watch(0.1) if t == ev.PLC_CONNECTION], 10,
+                    message="the link's loss")
+    assert len(watcher.error) > ERROR_TEXT_MAX, watcher.error  # the case: pymodbus' words are long
+    body = new_message(ev.PLC_CONNECTION, lost[0]).parse()  # as the line_controller's loop parses it
+    assert body.connected is False and watcher.error.startswith(body.error[:-1]) and body.error.endswith("…")
     watcher.port.close()
 
 
