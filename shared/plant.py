@@ -12,7 +12,7 @@ up``, the gateway) knows there are several."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -20,9 +20,10 @@ import yaml
 from shared.config.parse import SettingsError
 from shared.config.plc import parse_plc
 from shared.layout import YAML_LOADER, Layout, LayoutError, load_layout
+from shared.shift_calendar import CALENDAR_KEYS, Calendar, CalendarError, parse_calendar
 
 LINE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
-PLANT_KEYS = {"plant", "lines", "secrets"}
+PLANT_KEYS = {"plant", "lines", "secrets", *CALENDAR_KEYS}
 PLANT_HEADER_KEYS = {"id", "name"}
 LINE_KEYS = {"layout", "plc", "simProtocol"}
 SIM_PROTOCOLS = ("modbus", "opcua")
@@ -56,6 +57,8 @@ class Plant:
     lines: tuple[PlantLine, ...]
     # The plant file's ``secrets:``: a file of line database URLs (services.stack.line_credentials).
     secrets_file: Path | None = None
+    # Its time zone, shifts, breaks, holidays and downtime reasons (shared.shift_calendar).
+    calendar: Calendar = field(default_factory=Calendar)
 
     @property
     def default_line(self) -> PlantLine:
@@ -116,8 +119,12 @@ def load_plant(path: str | Path) -> Plant:
     secrets = data.get("secrets")
     if secrets is not None and (not isinstance(secrets, str) or not secrets.strip()):
         raise PlantError(f"{path}: secrets: expected the path of a secrets file (relative to the plant file)")
+    try:
+        calendar = parse_calendar(data, str(path))
+    except CalendarError as exc:
+        raise PlantError(str(exc)) from None
     return Plant(plant_id, str(header.get("name") or plant_id), tuple(lines),
-                 (path.parent / secrets).resolve() if secrets else None)
+                 (path.parent / secrets).resolve() if secrets else None, calendar)
 
 
 def _plant_line(path: Path, n: int, entry) -> PlantLine:
