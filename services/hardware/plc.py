@@ -10,11 +10,14 @@ service and the simulator import this module, so the two sides cannot drift.
 from __future__ import annotations
 
 import threading
+import time
 
 from pymodbus.client import ModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
 
 from services.hardware.device.port import PlcUnavailable  # re-exported: older imports name it here
+
+LINK_FAILURES = ("CONNECTION_REFUSED", "MODBUS_TIMEOUT")  # an exchange that failed, not a PLC refused
 
 # -- identity block (plc.identityBlock.base + offset, 20 registers; PLC, read-only) --
 I_MAP_VERSION = 0   # the register map's version the PLC serves (MAP_VERSION); 0: no identity block
@@ -137,12 +140,21 @@ class PlcLink:
     the watcher. Exchanges are serialised by a lock (one request in flight);
     a failed exchange closes the socket and the next one reconnects."""
 
-    def __init__(self, host: str, port: int, unit_id: int = 1, timeout: float = 2.0, on_connect=None):
+    def __init__(self, host: str, port: int, unit_id: int = 1, timeout: float = 2.0, on_connect=None,
+                 refusal_backoff: tuple[float, float] = (0.1, 2.0)):
         self.host, self.port, self.unit_id, self.timeout = host, port, unit_id, timeout
         # ``on_connect(read)``: called on every new connection before it serves any
         # request (``read(address, count)`` reads on it); raising refuses the connection
         # (the hardware's identity check: nothing is written to a PLC before it passes).
         self.on_connect = on_connect
+        # After a refusal, requests fail with it, unconnected, for a pause doubling from
+        # the first to the last of these (seconds) until a connection passes: a wrong
+        # PLC is not reconnected to at every poll, and the right one is found within
+        # the longest pause once it answers.
+        self.refusal_backoff = refusal_backoff
+        self._refusal: PlcUnavailable | None = None  # the last refusal, while it holds
+        self._refused_until = 0.0  # monotonic time before which no connection is tried
+        self._refusal_pause = 0.0
         self._client: ModbusTcpClient | None = None
         self._lock = threading.Lock()  # green under eventlet: a semaphore between greenthreads
 
@@ -163,6 +175,8 @@ class PlcLink:
         if self._client is not None and not self._client.connected:
             self._drop()  # pymodbus closed it: its next request would reconnect unseen (and unchecked)
         if self._client is None:
+            if self._refusal is not None and time.monotonic() < self._refused_until:
+                raise PlcUnavailable(self._refusal.code, self._refusal.message)  # not tried again yet
             client = ModbusTcpClient(self.host, port=self.port, timeout=self.timeout, retries=0)
             if not client.connect():
                 client.close()
@@ -171,10 +185,21 @@ class PlcLink:
             if self.on_connect is not None:
                 try:
                     self.on_connect(self._read_unlocked)
-                except BaseException:
-                    self._drop()  # refused: the next request connects (and checks) again
+                except PlcUnavailable as exc:
+                    self._drop()  # the next request connects (and checks) again
+                    if exc.code not in LINK_FAILURES:  # refused, not lost while asking
+                        self._back_off(exc)
                     raise
+                except BaseException:
+                    self._drop()
+                    raise
+            self._refusal, self._refusal_pause = None, 0.0
         return self._client
+
+    def _back_off(self, refusal: PlcUnavailable) -> None:
+        first, longest = self.refusal_backoff
+        self._refusal_pause = min(longest, self._refusal_pause * 2 if self._refusal_pause else first)
+        self._refusal, self._refused_until = refusal, time.monotonic() + self._refusal_pause
 
     def _exchange(self, fn):
         with self._lock:

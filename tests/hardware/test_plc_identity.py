@@ -4,6 +4,7 @@ and a PLC that is not the line's gets nothing and is named, on both protocols.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from gateway.api.health import plc_down
 from services.hardware.device import PLC_IDENTITY_MISMATCH, PlcUnavailable, open_port
 from services.hardware.device.identity import IdentityCheck
 from services.hardware.service import HardwareService
+from services.hardware.watcher import SignalWatcher
+from services.line_controller.messages import new_message
 from shared import events as ev
 from shared.layout import load_layout
 from tests.hardware.conftest import PROTOCOLS, call, outcome, start_simulator
@@ -105,3 +108,50 @@ def test_a_plc_without_the_identity_block_is_refused_and_without_plc_identity_on
         port.close()
     finally:
         named.stop()
+
+
+def test_the_alarm_names_both_identities_however_long_the_names(layout):
+    """The line's alarm carries at most 200 characters of the refusal: the longest
+    names a plant allows (a 32-character line id and identities), a long OPC UA
+    address, and a PLC publishing more than an identity still leave both named."""
+    address = "opc.tcp://plc-cell-7.hall-2.north.plant.example.com:4840/freeopcua/server/"
+    check = IdentityCheck("P" * 32, "l" * 32, address)
+    for found in ("Q" * 32, "R" * 300, None):
+        with pytest.raises(PlcUnavailable) as refused:
+            check.check(found)
+
+        class Refused:
+            def state_changes(self):
+                raise refused.value
+
+        [(_, lost)] = SignalWatcher(Refused(), layout).poll()
+        body = new_message(ev.PLC_CONNECTION, lost).parse()  # as the line_controller's loop takes it
+        named = repr(found)[:40] if found else "found no identity"
+        assert f"line {'l' * 32} expects the PLC {'P' * 32!r}" in body.error and named in body.error, body.error
+
+
+def test_a_refused_plc_is_tried_again_less_and_less_often_and_the_right_one_found(
+        layout, other_line, sim_options, sim_port):
+    """The watcher polls 10 times a second; while the PLC at the address is another's,
+    its link backs off (a pause doubling from the poll interval to 2 s) instead of
+    connecting to it at every poll, and still checks each connection it makes."""
+    other = start_simulator("modbus", other_line, sim_options, sim_port)
+    try:
+        watcher = SignalWatcher(open_port(other.address, layout, poll_interval=0.1,
+                                          identity=IdentityCheck(layout.id, layout.id, other.address)), layout)
+        began = time.monotonic()
+        for _ in range(40):  # 4 s or more: without the back-off, 40 connections
+            watcher.watch(0.1)
+        elapsed = time.monotonic() - began
+        # at 0, 0.1, 0.3, 0.7, 1.5, 3.1 s, then every 2 s
+        assert 2 <= other.connections_accepted <= 7 + elapsed / 2, (other.connections_accepted, elapsed)
+        assert watcher.connected is False and watcher.error.startswith(PLC_IDENTITY_MISMATCH)
+        assert other.model.writes == 0
+
+        other.restart(0.1, identity=layout.id)  # the line's own PLC at the address now
+        wait_for(lambda: watcher.watch(0.1) and watcher.connected, 10, message="the line's own PLC found")
+        assert watcher.port.identity.found == layout.id
+        watcher.port.close()
+    finally:
+        other.stop()
+

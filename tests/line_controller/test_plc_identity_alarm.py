@@ -5,8 +5,8 @@ is back."""
 
 from tests.line_controller.scripted import Refill
 
-MISMATCH = ("PLC_IDENTITY_MISMATCH: line demo-cell expects the PLC 'demo-cell' at 127.0.0.1:5020, "
-            "found 'cell-b'; nothing is sent to it")
+MISMATCH = ("PLC_IDENTITY_MISMATCH: line demo-cell expects the PLC 'demo-cell', found 'cell-b' "
+            "at 127.0.0.1:5020; nothing is sent to it")
 
 
 def test_a_plc_refused_for_its_identity_raises_its_own_alarm_and_holds_new_work(harness):

@@ -14,7 +14,7 @@ import logging
 
 from services.hardware.device.port import PLC_IDENTITY_MISMATCH, PlcUnavailable
 from shared.config import Settings
-from shared.layout import Layout
+from shared.layout import IDENTITY_MAX, Layout
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,10 @@ class IdentityCheck:
             raise PlcUnavailable(PLC_IDENTITY_MISMATCH, self.mismatch(found))
 
     def mismatch(self, found: str | None) -> str:
+        # What was expected and found come first: the line's alarm carries at most
+        # 200 characters of it (a long address is what a cut takes).
         said = repr(found) if found is not None else "no identity (a PLC without the identity block)"
-        return (f"{PLC_IDENTITY_MISMATCH}: line {self.line_id} expects the PLC {self.expected!r} at "
-                f"{self.address}, found {said}; nothing is sent to it")
+        if len(said) > 2 * IDENTITY_MAX:  # not an identity a layout can name: enough to tell which
+            said = said[:2 * IDENTITY_MAX - 1] + "…"
+        return (f"{PLC_IDENTITY_MISMATCH}: line {self.line_id} expects the PLC {self.expected!r}, "
+                f"found {said} at {self.address}; nothing is sent to it")

@@ -41,6 +41,8 @@ class ModbusPort(DevicePort):
         self.identity = identity
         if identity is not None:  # every connection is checked before it serves a request
             link.on_connect = self._check_identity
+            # a refused PLC is tried again after a poll interval, then less and less often
+            link.refusal_backoff = (poll_interval, max(poll_interval, link.refusal_backoff[1]))
 
     def _check_identity(self, read) -> None:
         identity, version = read_identity(read, self.map.identity_base)

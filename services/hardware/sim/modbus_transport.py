@@ -20,6 +20,7 @@ from services.hardware.sim.serving import LoopServer
 
 class ModbusTransport(LoopServer):
     _modbus: ModbusTcpServer | None = None
+    connections_accepted = 0  # TCP connections accepted since start (a host that reconnects shows here)
 
     # -- what the server using it says -----------------------------------------
 
@@ -43,7 +44,7 @@ class ModbusTransport(LoopServer):
             await self._pause(self._down_for())
             if self._stopping.is_set():
                 break
-            self._modbus = ModbusTcpServer(device, address=(self.host, self.port))
+            self._modbus = ModbusTcpServer(device, address=(self.host, self.port), trace_connect=self._traced)
             serving = asyncio.ensure_future(self._modbus.serve_forever())
             while self._modbus.transport is None and not serving.done():
                 await asyncio.sleep(0.01)
@@ -51,6 +52,10 @@ class ModbusTransport(LoopServer):
                 serving.result()  # could not listen: raises
             self._listening()
             await serving
+
+    def _traced(self, connected: bool) -> None:
+        if connected:
+            self.connections_accepted += 1
 
     async def _close_connections(self) -> None:
         if self._modbus is not None:
