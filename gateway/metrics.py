@@ -85,6 +85,7 @@ class LineSnapshot:
     hardware: dict | None = None
     database: dict | None = None  # gateway.api.health.line_figures; None: unreachable
     line_id: str | None = None  # its series' ``line`` label; None: no label (a one-line plant)
+    uns: dict | None = None  # gateway.api.health.uns_figures; None: no northbound publisher
 
     @property
     def label_names(self) -> list[str]:
@@ -137,6 +138,7 @@ class LineCollector:
         yield from _hardware_families(snap)
         yield from _ai_families(snap)
         yield from _database_families(snap)
+        yield from _uns_families(snap)
 
 
 def _gauge(snap: ScrapeSnapshot, name: str, doc: str) -> GaugeMetricFamily:
@@ -226,6 +228,26 @@ def _database_families(snap: ScrapeSnapshot):
         for status, n in line.database["workOrders"].items():
             orders.add_metric([*line.label_values, status], n)
     yield orders
+
+
+def _uns_families(snap: ScrapeSnapshot):
+    """The northbound publisher's, per line (services.uns; docs/uns.md lists them)."""
+    nodes = [line for line in snap.lines if line.uns is not None]
+    if not nodes:
+        return
+    yield _per_line(_gauge(snap, "linectl_uns_connected",
+                           "1 when the line's edge node is connected to the MQTT broker (its publisher alive)"),
+                    nodes, lambda line: 1 if line.uns["connected"] else 0)
+    yield _per_line(_gauge(snap, "linectl_uns_backlog_events",
+                           "events of the line's log the broker has not acknowledged yet"),
+                    nodes, lambda line: line.uns["backlog"])
+    yield _per_line(_gauge(snap, "linectl_uns_published_seq", "the event-log seq the broker acknowledged up to"),
+                    nodes, lambda line: line.uns["ackedSeq"])
+    yield _per_line(CounterMetricFamily("linectl_uns_messages_published", "MQTT messages published for the line",
+                                        labels=snap.label_names), nodes, lambda line: line.uns["messages"])
+    yield _per_line(CounterMetricFamily("linectl_uns_purged_unpublished",
+                                        "events retention purged before the broker acknowledged them",
+                                        labels=snap.label_names), nodes, lambda line: line.uns["purgedUnpublished"])
 
 
 def _timed_with_failures(histogram: tuple[str, str], failures: tuple[str, str], label: str,

@@ -79,10 +79,34 @@ def line_figures(line: LinePort) -> dict | None:
             "workOrders": {status: int(orders.get(status, 0)) for status in OPEN_ORDER_STATUSES}}
 
 
+# The northbound publisher's row of a line (services.uns, docs/uns.md) and the log's newest seq.
+_UNS_FIGURES = text(
+    "SELECT n.acked_seq, n.connected AND coalesce(n.heartbeat_at > now() - make_interval(secs => :stale), false),"
+    " n.messages, n.purged_unpublished, (SELECT coalesce(max(seq), 0) FROM event_log)"
+    " FROM public.uns_node n WHERE n.line_id = :line")
+UNS_HEARTBEAT_STALE_SECONDS = 15  # a publisher that has not written its node's row for this long is gone
+
+
+def uns_figures(line: LinePort) -> dict | None:
+    """What the publisher stored of the line: None without a publisher (or a database)."""
+    try:
+        with line.db() as session:
+            row = session.execute(_UNS_FIGURES, {"line": line.id, "stale": UNS_HEARTBEAT_STALE_SECONDS}).one_or_none()
+    except Exception as exc:  # noqa: BLE001 - any failure: no publisher figures of this line this scrape
+        log.info("metrics: no publisher figures for line %s: %r", line.id, exc)
+        return None
+    if row is None:
+        return None
+    acked, connected, messages, purged, newest = row
+    return {"connected": bool(connected), "ackedSeq": int(acked), "backlog": max(0, int(newest) - int(acked)),
+            "messages": int(messages), "purgedUnpublished": int(purged)}
+
+
 def line_snapshot(line: LinePort, labelled: bool) -> LineSnapshot:
     return LineSnapshot(line_controller=line.service_status(line.names.line_controller)[0],
                         hardware=line.service_status(line.names.hardware)[0],
-                        database=line_figures(line), line_id=line.id if labelled else None)
+                        database=line_figures(line), line_id=line.id if labelled else None,
+                        uns=uns_figures(line) if gateway_context().settings.mqtt_enabled else None)
 
 
 def scrape_snapshot() -> ScrapeSnapshot:

@@ -12,6 +12,7 @@ from sqlalchemy import func, select, text
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import QUERY_ERRORS, document_errors, reply, window_of
+from gateway.api.health import UNS_HEARTBEAT_STALE_SECONDS
 from gateway.auth import may_see_line, require
 from gateway.context import gateway_context
 from gateway.errors import ApiError
@@ -114,8 +115,6 @@ def get_plant_stats(args):
     return reply({"from": iso(window.start), "to": iso(window.end), "plant": plant_output(lines), "lines": lines})
 
 
-# A publisher that has not written its node's row for this long is taken for gone.
-UNS_HEARTBEAT_STALE_SECONDS = 15
 _UNS_NODES = text("SELECT line_id, acked_seq, connected, heartbeat_at > now() - make_interval(secs => :stale)"
                   " AS fresh FROM uns_node")
 

@@ -21,7 +21,8 @@
 //     stream (down, refused, or past the cap), so nothing is missed meanwhile;
 //   - on the overview only: a line's running orders at most every
 //     CARD_MIN_INTERVAL_MS while its orders move, the plant's figures at most
-//     every PLANT_STATS_MIN_MS and every PLANT_STATS_PERIOD_MS.
+//     every PLANT_STATS_MIN_MS and every PLANT_STATS_PERIOD_MS; for an admin, the
+//     MQTT broker link (GET /api/plant/uns) with each GET /api/lines.
 "use strict";
 
 const PLANT_STREAMS_MAX = 16;
@@ -331,6 +332,32 @@ async function pollLines() {
   plant.lines = lines;
   if (plant.viewed === null) drawCards();
   showPlantConn();
+  if (plant.viewed === null) await refreshBroker();
+}
+
+/** The northbound publisher's link to the MQTT broker, and what it has still to send
+ *  (an admin's: the figures are GET /api/plant/uns's; others see nothing of it). */
+async function refreshBroker() {
+  const line = $("#plant-broker");
+  if (role !== "admin") { line.hidden = true; return; }
+  let uns;
+  try {
+    uns = await api("GET", "/api/plant/uns");
+  } catch (e) {
+    if (!(e instanceof Refusal)) console.warn(e);
+    return;
+  }
+  if (!plant.on) return;
+  const state = uns.format === null ? "OFF" : uns.connected ? "CONNECTED" : "DISCONNECTED";
+  const backlog = uns.lines.reduce((sum, l) => sum + (l.backlog || 0), 0);
+  const behind = uns.lines.filter((l) => l.backlog).map((l) => `${lineName(l.id)}: ${l.backlog}`);
+  Object.assign(line.dataset, { state, backlog });
+  line.replaceChildren(
+    el("span", { class: `badge broker${state === "DISCONNECTED" ? " abnormal" : ""}` },
+       t("plant.broker", { state: tCode("brokerState", state) })),
+    ...(backlog ? [" ", el("span", { class: "broker-backlog" },
+                          tCount("plant.brokerBacklog", backlog) + ` (${list(behind)})`)] : []));
+  line.hidden = false;
 }
 
 function scheduleCard(lineId) {

@@ -396,3 +396,42 @@ def test_without_a_broker_the_plants_uns_says_so_per_line(client):
     assert [line["id"] for line in body["lines"]][:2] == ["demo-cell", "cell-b"]
     assert all(line["publishedSeq"] is None and line["backlog"] is None for line in body["lines"])
     assert client.get("/api/plant/uns", headers=AUTH).status_code == 403
+
+
+@pytest.fixture
+def broker_app(plant_env, cell_b):
+    """The plant's gateway with a broker named (it never connects to it: the publisher does)."""
+    app = create_app(load_settings({**plant_env, "LINECTL_MQTT_URL": "mqtt://127.0.0.1:1883"}))
+    yield app
+    app.extensions["linectl"].close()
+
+
+def test_the_publisher_s_state_per_line_in_plant_uns_and_metrics(broker_app, lines):
+    """/api/plant/uns and /metrics (issue 52) from each line's ``uns_node`` row: demo-cell's
+    node connected and caught up, cell-b's away with a backlog and events retention had to
+    purge, cell-c never published."""
+    from sqlalchemy import text
+
+    for sessions, _schema in lines.values():
+        with sessions.begin() as s:
+            s.execute(text("INSERT INTO event_log (seq, tx_id, type, at, payload)"
+                           " SELECT g, g, 'E', now(), '{}' FROM generate_series(1, 12) g"))
+    with lines["demo-cell"][0].begin() as s:
+        s.execute(text("INSERT INTO public.uns_node (line_id, schema_name, acked_seq, connected, messages,"
+                       " heartbeat_at) VALUES ('demo-cell', 'public', 12, true, 40, now()),"
+                       " ('cell-b', :b, 5, false, 9, now() - interval '1 minute')"), {"b": lines["cell-b"][1]})
+        s.execute(text("UPDATE public.uns_node SET purged_unpublished = 2 WHERE line_id = 'cell-b'"))
+    client = broker_app.test_client()
+    body = client.get("/api/plant/uns", headers={"Authorization": f"Bearer {ADMIN}"}).get_json()
+    assert body["connected"] is False and body["format"] == "sparkplug"
+    assert body["lines"] == [{"id": "demo-cell", "publishedSeq": 12, "logSeq": 12, "backlog": 0},
+                             {"id": "cell-b", "publishedSeq": 5, "logSeq": 12, "backlog": 7},
+                             {"id": "cell-c", "publishedSeq": None, "logSeq": 12, "backlog": None}]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    for series in ('linectl_uns_connected{line="demo-cell"} 1.0', 'linectl_uns_connected{line="cell-b"} 0.0',
+                   'linectl_uns_backlog_events{line="demo-cell"} 0.0', 'linectl_uns_backlog_events{line="cell-b"} 7.0',
+                   'linectl_uns_published_seq{line="cell-b"} 5.0',
+                   'linectl_uns_messages_published_total{line="demo-cell"} 40.0',
+                   'linectl_uns_purged_unpublished_total{line="cell-b"} 2.0'):
+        assert series in metrics, series
+    assert 'linectl_uns_connected{line="cell-c"}' not in metrics  # no publisher ever: no series

@@ -80,7 +80,32 @@ def serve_plant(gateway_server, plant_file, lines, container_factory, nameko_con
 
 @pytest.fixture
 def plant(serve_plant):
-    return serve_plant()
+    # A broker named (the gateway never connects to it; the publisher, not run here, would).
+    return serve_plant(LINECTL_MQTT_URL="mqtt://127.0.0.1:1883")
+
+
+def seed_publisher(lines) -> None:
+    """The northbound publisher's rows (docs/uns.md): demo-cell's node connected and caught
+    up, cell-b's gone a minute ago with 2 events unsent; cell-c never published."""
+    from sqlalchemy import text
+
+    with lines["cell-b"].begin() as s:
+        s.execute(text("INSERT INTO event_log (seq, tx_id, type, at, payload) SELECT b.seq + g, b.tx + g,"
+                       " 'DockChanged', now(), CAST(:payload AS jsonb) FROM generate_series(1, 2) g,"
+                       " (SELECT coalesce(max(seq), 0) AS seq, coalesce(max(tx_id), 0) AS tx FROM event_log) b"),
+                  {"payload": '{"piecesWaiting": 0}'})
+        newest_b = s.execute(text("SELECT max(seq) FROM event_log")).scalar()
+    with lines["demo-cell"].begin() as s:
+        newest_a = s.execute(text("SELECT coalesce(max(seq), 0) FROM event_log")).scalar()
+        s.execute(text("INSERT INTO public.uns_node (line_id, schema_name, acked_seq, connected, heartbeat_at)"
+                       " VALUES ('demo-cell', 'public', :a, true, now()),"
+                       " ('cell-b', :schema, :b, false, now() - interval '1 minute')"),
+                  {"a": newest_a, "b": newest_b - 2, "schema": lines["schemas"]["cell-b"]})
+
+
+def broker_line(browser) -> dict:
+    return browser.evaluate("(p => ({hidden: p.hidden, state: p.dataset.state, backlog: p.dataset.backlog,"
+                            " text: p.textContent}))(document.getElementById('plant-broker'))")
 
 
 def writer(lines, nameko_config, line_id: str) -> EventWriter:
@@ -214,7 +239,9 @@ def press_enter(browser) -> None:
 # -- the tests ------------------------------------------------------------------------------
 
 
-def test_the_plant_overview_in_both_languages(axe_source, plant, seeded, browser, record_property):  # noqa: F811
+def test_the_plant_overview_in_both_languages(axe_source, plant, seeded, lines, browser,  # noqa: F811
+                                              record_property):
+    seed_publisher(lines)
     found = {}
     for language in LANGUAGES:
         words = catalog(language)
@@ -260,6 +287,13 @@ def test_the_plant_overview_in_both_languages(axe_source, plant, seeded, browser
         assert (figures["demo-cell"]["completed"], figures["demo-cell"]["scrapped"]) == (2, 1)
         assert a["output"][:2] == ["2", "1"] and b["output"][:2] == ["3", "0"] and c["output"][:2] == ["0", "0"]
         assert browser.evaluate("document.querySelector('#plant-completed .value').textContent") == "5"
+        # The MQTT broker link, for the admin: cell-b's node is away with 2 events to send.
+        wait_for(lambda: broker_line(browser)["state"] == "DISCONNECTED", timeout=15,
+                 message=lambda: f"the broker link: {broker_line(browser)}")
+        broker = broker_line(browser)
+        assert not broker["hidden"] and broker["backlog"] == "2"
+        assert filled(words["plant.broker"], state=words["brokerState.DISCONNECTED"]) in broker["text"]
+        assert filled(words["plant.brokerBacklog.other"], count=2) in broker["text"]
 
         # The banners name the line: cell-b's fault, cell-b's question.
         assert banner(browser)["lineId"] == "cell-b" and banner(browser)["line"] == \
@@ -288,6 +322,8 @@ def test_a_card_opens_its_line_and_every_line_announces_itself(plant, seeded, li
     ask_for(browser, "en")
     open_page(browser, plant, OPERATOR, "en")
     wait_for(lambda: overview_drawn(browser), timeout=30, message="the plant overview")
+    # The broker link is an admin's (GET /api/plant/uns): an operator's page neither shows nor asks it.
+    assert broker_line(browser)["hidden"] and not [u for u in fetched(browser) if "/api/plant/uns" in u]
 
     # A tap anywhere on cell-b's card opens its page: the line views, on cell-b's paths.
     browser.evaluate(f"document.querySelector('{CARD.format('cell-b')} .line-output').click()")
