@@ -24,7 +24,7 @@ let statsPeriodTimer = null;
 // Bumped whenever the page shows another line (plant.js): answers still coming
 // for the line before are dropped, not drawn on the new one.
 let lineGeneration = 0;
-let may = { line: false, ai: false, audit: false };  // what the role may use
+let may = { line: false, ai: false, audit: false, pieces: false };  // what the role may use
 let sessionLimited = false;  // a signed-in user limited to some lines (not every line)
 
 async function command(path, body) {
@@ -282,7 +282,7 @@ function lineShown() { return !plant.on || plant.viewed !== null; }
 
 /** Shows the sections the role may use, hides the others. */
 function showSectionsFor(canLine, canAi, canAudit = false) {
-  may = { line: canLine, ai: canAi, audit: canAudit };
+  may = { line: canLine, ai: canAi, audit: canAudit, pieces: canLine };  // pieces: any line's, from any view
   showView();
   if (!canLine) closeJob();
 }
