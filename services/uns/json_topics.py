@@ -71,5 +71,10 @@ class JsonTopics:
         return out + [self._state(node, c.device, c.name, c.value, c.at, seq) for c in changes
                       if c.name not in _NOT_PUBLISHED]
 
+    def values(self, node: NodeView, changes: list[Change], *, at: int, dead_devices: frozenset[str]) -> list[Message]:
+        seq = node.model.seq
+        return [self._state(node, c.device, c.name, c.value, c.at, seq) for c in changes
+                if c.name not in _NOT_PUBLISHED]
+
     def command(self, node: NodeView, topic: str, payload: bytes) -> Command | None:
         return None

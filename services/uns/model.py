@@ -32,12 +32,16 @@ INT64, UINT64, BOOLEAN, STRING = 4, 8, 11, 12
 
 EVENT_SEQ = "Line/EventSeq"
 PLC_CONNECTED = "Line/PLC Connected"
+CONTROLLER = "Line/Controller"
+STATE, FAULT_CODE = "State", "Fault Code"
+DOWN = "DOWN"  # a machine's State while its line's controller is down: nothing tracks it then
+EQUIPMENT_FAULT = "EQUIPMENT_FAULT"  # the alarm a machine's PLC fault raises (facts.fault: its code)
 REBIRTH = "Node Control/Rebirth"
 BD_SEQ = "bdSeq"
 NODE_METRICS = (
     (BD_SEQ, INT64), (REBIRTH, BOOLEAN), (EVENT_SEQ, UINT64), (PLC_CONNECTED, BOOLEAN),
     ("Line/Active Orders", INT64), ("Line/Completed", INT64), ("Line/Scrapped", INT64),
-    ("Line/Open Alarms", INT64), ("Line/Open Manual Actions", INT64),
+    ("Line/Open Alarms", INT64), ("Line/Open Manual Actions", INT64), (CONTROLLER, BOOLEAN),
 )
 
 
@@ -71,7 +75,7 @@ class Catalog:
         devices = []
         for spec in layout.equipment:
             devices.append(spec.id)
-            metrics += [(spec.id, "State", STRING), (spec.id, "Cycle Count", INT64)]
+            metrics += [(spec.id, STATE, STRING), (spec.id, FAULT_CODE, INT64), (spec.id, "Cycle Count", INT64)]
             for n in range(1, spec.slots + 1):
                 metrics += [(spec.id, f"Slot/{n}/Status", STRING), (spec.id, f"Slot/{n}/Job Id", INT64)]
         devices += [ROBOT, BUFFER, DOCK]
@@ -104,6 +108,9 @@ _SNAPSHOT_SQL = {
     "alarms": "SELECT id FROM alarm WHERE status = ANY(:active)",
     "actions": "SELECT id FROM manual_action WHERE status = 'OPEN'",
     "plc": "SELECT payload FROM event_log WHERE type = 'PlcConnection' ORDER BY seq DESC LIMIT 1",
+    "faults": "SELECT DISTINCT ON (equipment_id) equipment_id, facts->>'fault' FROM alarm"
+              " WHERE code = 'EQUIPMENT_FAULT' AND status <> 'CLEARED' AND equipment_id IS NOT NULL"
+              " ORDER BY equipment_id, id DESC",
 }
 _PARAMS = {"terminal": list(JOB_TERMINAL), "robot": list(ROBOT_TASKS), "order_terminal": list(WORK_ORDER_TERMINAL),
            "active": list(ALARM_ACTIVE)}
@@ -122,6 +129,7 @@ class LineModel:
     alarms: set[int] = field(default_factory=set)
     actions: set[int] = field(default_factory=set)
     buffer_of_job: dict[int, int] = field(default_factory=dict)
+    tracked: dict[str, object] = field(default_factory=dict)  # machine -> its tracked state (State shows DOWN)
 
     @classmethod
     def read(cls, conn, catalog: Catalog) -> LineModel:
@@ -135,7 +143,9 @@ class LineModel:
                   (NODE, PLC_CONNECTED): bool(plc.get("connected", True)),
                   (NODE, "Line/Completed"): int(completed), (NODE, "Line/Scrapped"): int(scrapped)})
         for equipment_id, state in q["states"]:
-            v[(equipment_id, "State")] = state
+            v[(equipment_id, STATE)] = state
+        for equipment_id, code in q["faults"]:
+            v[(equipment_id, FAULT_CODE)] = _int_or_none(code)
         for spec_id in catalog.devices:
             if (spec_id, "Cycle Count") in v:
                 v[(spec_id, "Cycle Count")] = 0
@@ -154,9 +164,20 @@ class LineModel:
         model.orders = {r[0] for r in q["orders"]}
         model.alarms = {r[0] for r in q["alarms"]}
         model.actions = {r[0] for r in q["actions"]}
+        v[(NODE, CONTROLLER)] = True
         model.values = {key: value for key, value in v.items() if key in catalog.types}
+        model.tracked = {d: model.values[(d, STATE)] for d in catalog.devices if (d, STATE) in catalog.types}
         model._counts()
         return model
+
+    def set_controller(self, up: bool, at: int) -> list[Change]:
+        """The line's controller came or went: ``Line/Controller``, and each machine's
+        State (``DOWN`` while it is down; its tracked state again when it is back)."""
+        before = dict(self.values)
+        self.values[(NODE, CONTROLLER)] = up
+        for device, state in self.tracked.items():
+            self.values[(device, STATE)] = state if up else DOWN
+        return [Change(d, n, value, at) for (d, n), value in self.values.items() if before.get((d, n)) != value]
 
     def _counts(self) -> None:
         self.values[(NODE, "Line/Active Orders")] = len(self.orders)
@@ -178,6 +199,10 @@ class LineModel:
                 if change.device == ROBOT and change.value is None and \
                         self.values.get((ROBOT, "Task/Id")) != frame["payload"].get("id"):
                     continue  # another task ended: the robot's current one goes on
+                if change.name == STATE and change.device in self.tracked:
+                    self.tracked[change.device] = change.value
+                    if self.values.get((NODE, CONTROLLER)) is False:
+                        continue  # DOWN until the controller is seen again
                 self.values[(change.device, change.name)] = change.value
             self._count(frame)
             if frame["type"] == "MachineStateChanged":
@@ -229,7 +254,10 @@ def event_changes(frame: dict, catalog: Catalog) -> list[Change]:
     kind, p, at = frame["type"], frame.get("payload") or {}, millis(frame.get("at"))
     out: list[Change] = []
     if kind == "MachineStateChanged":
-        out.append(Change(str(p.get("equipmentId")), "State", p.get("state"), at))
+        out.append(Change(str(p.get("equipmentId")), STATE, p.get("state"), at))
+    elif kind.startswith("Alarm") and p.get("code") == EQUIPMENT_FAULT and p.get("equipmentId"):
+        code = _int_or_none((p.get("facts") or {}).get("fault")) if p.get("status") != "CLEARED" else None
+        out.append(Change(str(p["equipmentId"]), FAULT_CODE, code, at))
     elif kind == "SlotChanged":
         device, n = str(p.get("equipmentId")), p.get("slotNo")
         out += [Change(device, f"Slot/{n}/Status", p.get("status"), at),
@@ -244,6 +272,13 @@ def event_changes(frame: dict, catalog: Catalog) -> list[Change]:
         elif p.get("status") in ("SUCCEEDED", "FAILED", "CANCELLED"):
             out += [Change(ROBOT, "Task/Id", None, at), Change(ROBOT, "Task/Kind", None, at)]
     return [c for c in out if (c.device, c.name) in catalog.types]
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 CYCLES_SQL = ("SELECT equipment_id, count(*) FROM machine_cycle WHERE NOT aborted AND ended_at IS NOT NULL"

@@ -72,6 +72,7 @@ class EdgeNode:
         self.client: mqtt.Client | None = None
         self.connected = self.born = False
         self.host_online = settings.sparkplug_primary_host is None
+        self.controller_up = True  # the publisher's watch of the line controller's queue says otherwise
         self.model: LineModel | None = None
         self.live_after = 0
         self.history: list[list[int]] = []  # [after, upto] ranges still to forward as historical
@@ -101,6 +102,10 @@ class EdgeNode:
 
     def wake(self) -> None:
         self.inbox.put(("wake",))
+
+    def controller_seen(self, up: bool) -> None:
+        """Whether the line's controller consumes its queue (the publisher asks every second)."""
+        self.inbox.put(("controller", up))
 
     def start(self) -> EdgeNode:
         self.thread.start()
@@ -152,6 +157,9 @@ class EdgeNode:
     def _handle(self, item) -> None:
         kind, args = item[0], item[1:]
         if kind in ("wake", "stop"):
+            return
+        if kind == "controller":
+            self._controller(args[0])
             return
         if args[0] is not self.client:
             return  # a session already ended
@@ -239,6 +247,7 @@ class EdgeNode:
         if rebirth:
             self._publish_live()
         model = self.outbox.snapshot(self.catalog)
+        model.set_controller(self.controller_up, model.at)
         if rebirth and model.seq > self.live_after:
             self.history.append([self.live_after, model.seq])
         elif not rebirth:
@@ -278,6 +287,19 @@ class EdgeNode:
             self.dead_devices = frozenset()
         self._send(msgs, (self.live_after, frames[-1]["seq"]))
         self.live_after = frames[-1]["seq"]
+
+    def _controller(self, up: bool) -> None:
+        if up == self.controller_up:
+            return
+        log.info("uns %s: the line's controller is %s", self.line_id, "up" if up else "down")
+        self.controller_up = up
+        if not self.born:
+            return  # the next birth says it
+        self._publish_live()  # what it logged before going comes first
+        at = int(time.time() * 1000)
+        changes = self.model.set_controller(up, at)
+        self._send([m for f in self.formats for m in f.values(self, changes, at=at, dead_devices=self.dead_devices)],
+                   None)
 
     def _forward_history(self) -> None:
         now = time.monotonic()

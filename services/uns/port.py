@@ -43,6 +43,7 @@ class NodeView(Protocol):
     line_id: str
     bd_seq: int
     catalog: Catalog
+    model: LineModel | None
 
     def next_seq(self) -> int: ...
     def first_seq(self) -> int: ...
@@ -61,6 +62,9 @@ class Format(Protocol):
 
     def transaction(self, node: NodeView, frames: list[dict], changes: list[Change], *, historical: bool,
                     dead_devices: frozenset[str]) -> list[Message]: ...
+
+    def values(self, node: NodeView, changes: list[Change], *, at: int, dead_devices: frozenset[str]) -> list[Message]:
+        """Changes no event carries (the line's controller seen to come or go)."""
 
     def device_death(self, node: NodeView, device: str, at: int) -> list[Message]: ...
 

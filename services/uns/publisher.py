@@ -22,6 +22,7 @@ import threading
 from contextlib import ExitStack
 
 from kombu import Connection, Queue
+from nameko.rpc import RPC_QUEUE_TEMPLATE
 from nameko.standalone.events import get_event_exchange
 
 import shared.transport  # noqa: F401 - registers pgsql:// with kombu
@@ -97,6 +98,40 @@ class LineWakes:
                 self._stop.wait(1.0)
 
 
+class ControllerWatch:
+    """Whether each line's controller runs: its RPC queue has a consumer (as the gateway's
+    ``/api/lines`` tells it). Asked from the publisher's main thread every second; a
+    transport that does not answer changes nothing (unknown is not down)."""
+
+    def __init__(self, amqp_uri: str, services: dict[str, str]):
+        self.amqp_uri = amqp_uri
+        self.services = services  # line id -> its line_controller's service name
+        self._conn = None
+
+    def poll(self) -> dict[str, bool]:
+        seen = {}
+        for line_id, service in self.services.items():
+            try:
+                if self._conn is None:
+                    self._conn = Connection(self.amqp_uri, connect_timeout=2, transport_options={"max_retries": 0})
+                    self._conn.ensure_connection(max_retries=1, interval_start=0)
+                queue = RPC_QUEUE_TEMPLATE.format(service)
+                seen[line_id] = self._conn.default_channel.queue_declare(queue=queue, passive=True).consumer_count > 0
+            except Exception as exc:  # noqa: BLE001 - a queue never declared, or the transport away
+                if "NOT_FOUND" in str(exc) or type(exc).__name__ == "NotFound":
+                    seen[line_id] = False
+                self.close()
+        return seen
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.release()
+            except Exception:  # noqa: BLE001 - thrown away
+                pass
+
+
 class Publisher:
     def __init__(self, settings: Settings, plant: Plant):
         self.settings = settings
@@ -125,7 +160,10 @@ class Publisher:
                                            formats_for(self.settings.mqtt_format, self.settings), self.group)
         services = {line.id: LineServices.of_line(line.id, line.id == default).line_controller
                     for line in self.plant.lines}
-        wakes = LineWakes(nameko_config(self.settings)["AMQP_URI"], self.nodes, services)
+        amqp_uri = nameko_config(self.settings)["AMQP_URI"]
+        wakes = LineWakes(amqp_uri, self.nodes, services)
+        controllers = ControllerWatch(amqp_uri, services)
+        self._controllers_seen(controllers)  # before the first births, so they say it
         for node in self.nodes.values():
             node.start()
         wakes.start()
@@ -135,6 +173,8 @@ class Publisher:
                 log.error("uns: the publisher lock's session is lost; stopping (another publisher may take over)")
                 status = 1
                 break
+            self._controllers_seen(controllers)
+        controllers.close()
         wakes.stop()
         for node in self.nodes.values():
             node.stopping.set()
@@ -143,6 +183,15 @@ class Publisher:
         self.lock.release()
         log.info("uns: stopped")
         return status
+
+
+    def _controllers_seen(self, controllers: ControllerWatch) -> None:
+        for line_id, up in controllers.poll().items():
+            node = self.nodes[line_id]
+            if node.thread.ident is None:
+                node.controller_up = up  # not started: its first birth reads it
+            else:
+                node.controller_seen(up)
 
 
 def serve(settings: Settings, plant: Plant) -> int:

@@ -99,18 +99,27 @@ class Sparkplug:
                     dead_devices: frozenset[str]) -> list[Message]:
         """NDATA (every event's ``Line/EventSeq``, then the node's changes), then a
         DDATA per living device that changed."""
+        events = [Change(NODE, EVENT_SEQ, frame["seq"], millis(frame["at"])) for frame in frames]
+        return self._data(node, events, changes, millis(frames[-1]["at"]), historical, dead_devices)
+
+    def values(self, node: NodeView, changes: list[Change], *, at: int, dead_devices: frozenset[str]) -> list[Message]:
+        """Changes no event carries (the controller seen to come or go): NDATA, DDATA."""
+        return self._data(node, [], changes, at, False, dead_devices)
+
+    def _data(self, node: NodeView, events: list[Change], changes: list[Change], at: int, historical: bool,
+              dead_devices: frozenset[str]) -> list[Message]:
         catalog = node.catalog
-        at = millis(frames[-1]["at"])
         node_payload = self._payload(node, timestamp=at)
-        for frame in frames:
-            self._add(node_payload, catalog, Change(NODE, EVENT_SEQ, frame["seq"], millis(frame["at"])), historical)
+        for event in events:
+            self._add(node_payload, catalog, event, historical)
         by_device: dict[str, list[Change]] = {}
         for change in changes:
             if change.device == NODE:
                 self._add(node_payload, catalog, change, historical)
             elif change.device not in dead_devices:
                 by_device.setdefault(change.device, []).append(change)
-        out = [Message(topic(node.group, "NDATA", node.line_id), node_payload.SerializeToString())]
+        out = [Message(topic(node.group, "NDATA", node.line_id), node_payload.SerializeToString())] \
+            if node_payload.metrics else []
         for device, device_changes in by_device.items():
             payload = self._payload(node, timestamp=at)
             for change in device_changes:

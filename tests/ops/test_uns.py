@@ -191,3 +191,72 @@ def test_commands_rebirth_only_every_other_refused_audited_and_hostile_input_ign
         assert not host.errors, host.errors[:10]
     finally:
         host.stop()
+
+
+def device_values(host: SparkplugHost, device: str) -> list[dict]:
+    """The live (not historical) values a device's births and data said, in order."""
+    return [m for seen in host.of(LINE) if seen.device == device and seen.kind in ("DBIRTH", "DDATA")
+            for m in seen.metrics if not m["historical"]]
+
+
+def said(host: SparkplugHost, device: str, name: str, value) -> bool:
+    return any(m["name"] == f"{device}/{name}" and m["value"] == value for m in device_values(host, device))
+
+
+def test_a_machine_s_fault_code_the_plc_away_and_the_controller_down_as_a_host_sees_them(stack_factory,
+                                                                                          mqtt_broker):
+    """A machine's ``Fault Code`` follows its PLC's fault; while the line's PLC is away every
+    device is dead (DDEATH) and born again (DBIRTH) when it is back; while the line's
+    controller is down ``Line/Controller`` is false and every machine's State is ``DOWN``."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from services.hardware.sim.control import sim_control
+    from services.hardware.sim.faults import MACHINE_FAULT
+    from shared.layout import load_layout
+
+    host = SparkplugHost(mqtt_broker.url, GROUP)
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
+    control = None
+    try:
+        stack.wait_line("linectl: ready", 180)
+        wait_for(lambda: {m.device for m in host.of(LINE, "DBIRTH")} >= DEVICES, 60, 0.05, "the births")
+        born = {m["name"] for m in host.of(LINE, "NBIRTH")[0].metrics}
+        assert {"/Line/Controller", "/Line/PLC Connected"} <= born
+        wait_for(lambda: host.nodes[LINE].live.get("/Line/Controller") is True, 30, 0.05, "the controller up")
+        assert said(host, "MC1", "Fault Code", None)
+        layout = load_layout(Path(__file__).resolve().parents[2] / "deploy" / "line.yaml")
+        control = sim_control(layout, f"127.0.0.1:{stack.sim_port}")
+
+        control.machine_fault("MC1")
+        wait_for(lambda: said(host, "MC1", "Fault Code", MACHINE_FAULT) and said(host, "MC1", "State", "FAULT"),
+                 30, 0.05, lambda: f"MC1's fault: {device_values(host, 'MC1')[-6:]}\n{uns_output(stack)}")
+        control.clear()
+        wait_for(lambda: device_values(host, "MC1")[-1:] and [m["value"] for m in device_values(host, "MC1")
+                                                                if m["name"] == "MC1/Fault Code"][-1] is None,
+                 30, 0.05, "MC1's fault cleared")
+
+        births = len(host.of(LINE, "DBIRTH"))
+        control.drop(3.0)  # the PLC goes away for 3 s
+        wait_for(lambda: {m.device for m in host.of(LINE, "DDEATH")} == DEVICES, 30, 0.05,
+                 lambda: f"every device dead while the PLC is away\n{uns_output(stack)}")
+        assert host.nodes[LINE].live.get("/Line/PLC Connected") is False
+        wait_for(lambda: {m.device for m in host.of(LINE, "DBIRTH")[births:]} == DEVICES, 60, 0.05,
+                 "every device born again when the PLC is back")
+        assert host.nodes[LINE].devices_online == DEVICES and host.nodes[LINE].live["/Line/PLC Connected"] is True
+
+        os.kill(stack.process("line_controller"), signal.SIGKILL)
+        wait_for(lambda: host.nodes[LINE].live.get("/Line/Controller") is False, 30, 0.05,
+                 lambda: f"the controller down\n{uns_output(stack)}")
+        wait_for(lambda: all(said(host, m, "State", "DOWN") for m in ("MC1", "MC2", "WASH1", "INSP1")), 10, 0.05,
+                 "every machine DOWN")
+        # linectl up starts it again: the controller up, the machines' tracked states again.
+        wait_for(lambda: host.nodes[LINE].live.get("/Line/Controller") is True, 90, 0.1, "the controller back")
+        wait_for(lambda: host.nodes[LINE].live.get("MC1/State") not in (None, "DOWN"), 10, 0.05,
+                 lambda: f"MC1's tracked state again: {host.nodes[LINE].live.get('MC1/State')}")
+        assert not host.errors, host.errors[:10]
+    finally:
+        if control is not None:
+            control.close()
+        host.stop()
