@@ -260,3 +260,78 @@ def test_a_machine_s_fault_code_the_plc_away_and_the_controller_down_as_a_host_s
         if control is not None:
             control.close()
         host.stop()
+
+
+def test_json_and_sparkplug_over_tls_with_a_login(stack_factory, tmp_path):
+    """The settings' CA file, user and password file work end to end on a TLS broker that
+    refuses anonymous clients; ``both``: Sparkplug, and the JSON topics (retained current
+    values, every event on the line's events topic)."""
+    import json
+    import threading
+
+    import paho.mqtt.client as mqtt
+
+    broker = Broker(tmp_path / "tls-mosquitto", tls=True, users={"linectl": "s3cret", "scada": "h0st"}).start()
+    password = tmp_path / "mqtt.password"
+    password.write_text("s3cret\n")
+    login = {"tls_set": (str(broker.tls["ca"]),), "username_pw_set": ("scada", "h0st")}
+    host = SparkplugHost(broker.url, GROUP, client_kwargs=login)
+    retained, events, lock = {}, [], threading.Lock()
+
+    def on_message(_c, _u, msg):
+        with lock:
+            if msg.topic.endswith("/events"):
+                events.append(json.loads(msg.payload))
+            else:
+                retained[msg.topic] = json.loads(msg.payload)
+
+    reader = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-json-reader")
+    reader.tls_set(str(broker.tls["ca"]))
+    reader.username_pw_set("scada", "h0st")
+    reader.on_connect = lambda c, *_a: c.subscribe("linectl/#", qos=1)
+    reader.on_message = on_message
+    reader.connect("127.0.0.1", broker.port, keepalive=5)
+    reader.loop_start()
+    stack = stack_factory(extra_env=mqtt_env(
+        broker, LINECTL_MQTT_FORMAT="both", LINECTL_MQTT_USERNAME="linectl",
+        LINECTL_MQTT_PASSWORD_FILE=str(password), LINECTL_MQTT_CA_FILE=str(broker.tls["ca"]))).up()
+    try:
+        stack.wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        wait_for(lambda: {m.device for m in host.of(LINE, "DBIRTH")} >= DEVICES, 60, 0.05,
+                 lambda: f"births over TLS\n{uns_output(stack)}")
+        order = run_order(stack, token, quantity=1)
+        wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing")
+        last = newest_seq(stack, token)
+        with lock:
+            first = min((e["seq"] for e in events), default=last)
+        wait_for(lambda: [e["seq"] for e in list(events) if e["seq"] <= last][-1:] == [last], 30, 0.05,
+                 "every event on the events topic")
+        with lock:
+            seqs = [e["seq"] for e in events]
+            assert seqs == sorted(seqs) and set(range(first, last + 1)) <= set(seqs)
+            assert all(e["lineId"] == LINE and {"seq", "txId", "type", "at", "payload"} <= set(e) for e in events)
+        # The retained current values: what the REST API says, with the seq they include.
+        wait_for(lambda: retained.get(f"linectl/{LINE}/Line/Completed", {}).get("value") == 1, 30, 0.05,
+                 lambda: f"Line/Completed retained: {retained.get(f'linectl/{LINE}/Line/Completed')}")
+        assert retained[f"linectl/{LINE}/Line/EventSeq"]["value"] >= retained[f"linectl/{LINE}/Line/Completed"]["seq"]
+        assert {"value", "at", "seq"} == set(retained[f"linectl/{LINE}/MC1/State"])
+        # A late subscriber gets the current values from the broker alone (retained).
+        late = {}
+        again = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-json-late")
+        again.tls_set(str(broker.tls["ca"]))
+        again.username_pw_set("scada", "h0st")
+        again.on_connect = lambda c, *_a: c.subscribe(f"linectl/{LINE}/Line/#", qos=1)
+        again.on_message = lambda _c, _u, msg: late.__setitem__(msg.topic, json.loads(msg.payload))
+        again.connect("127.0.0.1", broker.port, keepalive=5)
+        again.loop_start()
+        wait_for(lambda: late.get(f"linectl/{LINE}/Line/Completed", {}).get("value") == 1, 15, 0.05,
+                 "the retained value for a late subscriber")
+        again.disconnect()
+        again.loop_stop()
+        assert not host.errors, host.errors[:10]
+    finally:
+        reader.disconnect()
+        reader.loop_stop()
+        host.stop()
+        broker.stop()
