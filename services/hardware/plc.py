@@ -196,6 +196,12 @@ class PlcLink:
             self._refusal, self._refusal_pause = None, 0.0
         return self._client
 
+    def retry_now(self) -> None:
+        """The next request connects (and checks) again, whatever the pause after a
+        refusal: an action waiting for its PLC must not wait out a pause its grace
+        cannot (the pause goes on doubling if the PLC is refused again)."""
+        self._refused_until = 0.0
+
     def _back_off(self, refusal: PlcUnavailable) -> None:
         first, longest = self.refusal_backoff
         self._refusal_pause = min(longest, self._refusal_pause * 2 if self._refusal_pause else first)

@@ -148,10 +148,27 @@ def test_a_refused_plc_is_tried_again_less_and_less_often_and_the_right_one_foun
         assert watcher.connected is False and watcher.error.startswith(PLC_IDENTITY_MISMATCH)
         assert other.model.writes == 0
 
+        # Refused just now: no connection for 2 s. An action waiting for its PLC tries
+        # again at once, whatever the pause: its grace (5 s; 0.3 s in these tests) must
+        # not run out behind it once the line's own PLC answers.
+        tried = other.connections_accepted
+        wait_for(lambda: watcher.watch(0.1) is not None and other.connections_accepted > tried, 5, 0,
+                 message="the next try")
         other.restart(0.1, identity=layout.id)  # the line's own PLC at the address now
-        wait_for(lambda: watcher.watch(0.1) and watcher.connected, 10, message="the line's own PLC found")
+        wait_for(lambda: _answers_after_waiting(watcher.port), 1.2, 0, message="the line's own PLC, for an action")
         assert watcher.port.identity.found == layout.id
+        assert [s[1]["connected"] for s in watcher.poll() if s[0] == ev.PLC_CONNECTION] == [True]
         watcher.port.close()
     finally:
         other.stop()
+
+
+def _answers_after_waiting(port) -> bool:
+    """As an action in flight asks (robot.py): wait for the link, then read."""
+    port.wait_for_link(0.1)
+    try:
+        port.robot_status()
+    except PlcUnavailable:
+        return False
+    return True
 

@@ -111,6 +111,10 @@ class ModbusPort(DevicePort):
         eventlet.sleep(min(self.poll_interval, timeout))
         return True  # cannot tell: read again
 
+    def wait_for_link(self, timeout: float) -> None:
+        self.link.retry_now()  # an action waiting: its next request reconnects, as over OPC UA
+        eventlet.sleep(timeout)
+
     def close(self) -> None:
         self.link.close()
 
