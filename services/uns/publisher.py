@@ -163,10 +163,10 @@ class Publisher:
         amqp_uri = nameko_config(self.settings)["AMQP_URI"]
         wakes = LineWakes(amqp_uri, self.nodes, services)
         controllers = ControllerWatch(amqp_uri, services)
-        self._controllers_seen(controllers)  # before the first births, so they say it
         for node in self.nodes.values():
-            node.start()
+            node.start()  # first: a takeover's births wait for nothing else
         wakes.start()
+        self._controllers_seen(controllers)
         status = 0
         while not self.stopping.wait(LOCK_CHECK_SECONDS):
             if not self.lock.held():
@@ -187,11 +187,7 @@ class Publisher:
 
     def _controllers_seen(self, controllers: ControllerWatch) -> None:
         for line_id, up in controllers.poll().items():
-            node = self.nodes[line_id]
-            if node.thread.ident is None:
-                node.controller_up = up  # not started: its first birth reads it
-            else:
-                node.controller_seen(up)
+            self.nodes[line_id].controller_seen(up)
 
 
 def serve(settings: Settings, plant: Plant) -> int:

@@ -335,3 +335,50 @@ def test_json_and_sparkplug_over_tls_with_a_login(stack_factory, tmp_path):
         reader.loop_stop()
         host.stop()
         broker.stop()
+
+
+TAKEOVER_BOUND_SECONDS = 3.0  # docs/uns.md: the standby asks every 0.5 s, then connects and births
+
+
+def test_kill_9_of_the_publisher_mid_order_a_standby_takes_over_and_the_host_misses_no_seq(stack_factory,
+                                                                                           mqtt_broker):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    host = SparkplugHost(mqtt_broker.url, GROUP)
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
+    standby = None
+    try:
+        stack.wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        wait_for(lambda: host.of(LINE, "NBIRTH"), 60, 0.05, "the line's NBIRTH")
+        first = host.nodes[LINE].birth_event_seq
+        publisher = stack.process("uns")
+        # A standby on "another host": the same settings, its own process.
+        env = dict(line.split("=", 1) for line in open(f"/proc/{publisher}/environ").read().split("\0") if "=" in line)
+        standby = subprocess.Popen([sys.executable, "-m", "services.uns", "--name", "uns-standby"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: standby.poll() is None and stack.process("uns-standby"), 10, 0.05, "the standby running")
+        order = run_order(stack, token, quantity=3)
+        wait_for(lambda: newest_seq(stack, token) > first + 5, 60, 0.05, "the order under way")
+        births = len(host.of(LINE, "NBIRTH"))
+        killed_at = time.time()
+        os.kill(publisher, signal.SIGKILL)
+        wait_for(lambda: len(host.of(LINE, "NBIRTH")) > births, 30, 0.01, "a new birth")
+        takeover = host.of(LINE, "NBIRTH")[births].at - killed_at
+        print(f"takeover: {takeover:.3f} s from kill -9 to the new NBIRTH")
+        assert takeover < TAKEOVER_BOUND_SECONDS, takeover
+        wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing")
+        last = newest_seq(stack, token)
+        wait_for(lambda: not host.missing_event_seqs(LINE, first + 1, last), 30, 0.05,
+                 lambda: f"every seq up to {last}; missing {host.missing_event_seqs(LINE, first + 1, last)[:20]}")
+        assert not host.errors, host.errors[:10]
+        assert standby.poll() is None  # it publishes now; linectl up's uns, started again, waits
+    finally:
+        if standby is not None and standby.poll() is None:
+            standby.terminate()
+            standby.wait(15)
+        host.stop()
