@@ -382,3 +382,30 @@ def test_kill_9_of_the_publisher_mid_order_a_standby_takes_over_and_the_host_mis
             standby.terminate()
             standby.wait(15)
         host.stop()
+
+
+def test_primary_host_offline_the_nodes_die_and_store_online_births_then_the_backlog(stack_factory, mqtt_broker):
+    host = SparkplugHost(mqtt_broker.url, GROUP, host_id="scada-1")
+    stack = stack_factory(extra_env=mqtt_env(mqtt_broker, LINECTL_SPARKPLUG_PRIMARY_HOST="scada-1")).up()
+    try:
+        stack.wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        wait_for(lambda: host.of(LINE, "NBIRTH"), 60, 0.05, "births while the primary host is online")
+        first = host.nodes[LINE].birth_event_seq
+        host.set_online(False)
+        wait_for(lambda: host.of(LINE, "NDEATH") and not host.nodes[LINE].online, 30, 0.05, "the node's NDEATH")
+        offline = newest_seq(stack, token)
+        order = run_order(stack, token, quantity=1)
+        wait_for(lambda: completed(stack, token, order["id"]), 120, 0.2, "the order completing while offline")
+        stored = newest_seq(stack, token)
+        assert stored > offline and len(host.of(LINE, "NBIRTH")) == 1  # nothing born while the host is away
+        host.set_online(True)
+        wait_for(lambda: len(host.of(LINE, "NBIRTH")) == 2, 30, 0.05, "births when the host is back")
+        wait_for(lambda: not host.missing_event_seqs(LINE, first + 1, stored), 30, 0.05,
+                 lambda: f"the stored events; missing {host.missing_event_seqs(LINE, first + 1, stored)[:20]}")
+        born_at = {m["name"]: m["value"] for m in host.of(LINE, "NBIRTH")[1].metrics}["/Line/EventSeq"]
+        history = {seq for seq, historical in host.event_seqs[LINE] if historical}
+        assert set(range(offline + 1, born_at + 1)) <= history  # what was stored came after the births, as history
+        assert not host.errors, host.errors[:10]
+    finally:
+        host.stop()
