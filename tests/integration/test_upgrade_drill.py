@@ -133,6 +133,8 @@ def rows_at_previous_head(conn) -> None:
     conn.execute(text("INSERT INTO people_sign_in_failure (user_name) VALUES ('op2')"))
     conn.execute(text("INSERT INTO people_audit (actor, role, action, target_type, line_id, outcome) "
                       "VALUES ('op1', 'operator', 'SignIn', 'session', 'cell-a', 'ok')"))
+    conn.execute(text("INSERT INTO uns_node (line_id, schema_name, acked_seq, bd_seq, messages) "
+                      "VALUES ('demo-cell', 'public', 1, 3, 7) ON CONFLICT DO NOTHING"))
 
 
 def snapshot(engine) -> dict[str, tuple[list[str], list[tuple]]]:
