@@ -33,6 +33,7 @@ from gateway.api import (
     jobs,
     line,
     manual,
+    oee,
     orders,
     pieces,
     plant,
@@ -65,10 +66,10 @@ AI_POOL_TIMEOUT = 5.0
 READ_STATEMENT_TIMEOUT_MS = 10_000
 
 # One blueprint per area, in registration order (the order of /openapi.json).
-AREAS = (health, session, plant, orders, jobs, line, alarms, stats, manual, events, pieces, ai, runtime, admin,
-         audit)
+AREAS = (health, session, plant, orders, jobs, line, alarms, stats, manual, events, pieces, oee, ai, runtime,
+         admin, audit)
 # The line-control areas: each also under /api/lines/<lineId>.
-LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events, pieces)
+LINE_AREAS = (orders, jobs, line, alarms, stats, manual, events, pieces, oee)
 
 
 class GatewayApi(Api):
@@ -200,6 +201,7 @@ def create_app(settings: Settings, *, rpc_pool=None) -> Flask:
         else:
             api.register_blueprint(area.blp)
     api.register_blueprint(pieces.plant_blp)  # GET /api/plant/pieces: a serial on every line
+    api.register_blueprint(oee.plant_blp)  # GET /api/plant/shifts, /api/plant/oee, the reason tree
     api.finish_document()
     ws.init_app(app)
     app.add_url_rule("/", "operator_page", _operator_page, methods=["GET"])

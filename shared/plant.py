@@ -20,6 +20,7 @@ import yaml
 from shared.config.parse import SettingsError
 from shared.config.plc import parse_plc
 from shared.layout import YAML_LOADER, Layout, LayoutError, load_layout
+from shared.product_ideals import product_ideal_seconds
 from shared.shift_calendar import CALENDAR_KEYS, Calendar, CalendarError, parse_calendar
 
 LINE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
@@ -147,6 +148,10 @@ def _plant_line(path: Path, n: int, entry) -> PlantLine:
 def _layout(layout_file: Path, where: str) -> Layout:
     try:
         layout = load_layout(layout_file)
+    except LayoutError as exc:
+        raise PlantError(f"{where}: layout {layout_file}: {_one_line(exc)}") from None
+    try:
+        product_ideal_seconds(layout)
     except LayoutError as exc:
         raise PlantError(f"{where}: layout {layout_file}: {_one_line(exc)}") from None
     if not LINE_ID.match(layout.id):

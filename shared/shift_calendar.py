@@ -69,6 +69,13 @@ class Reason:
         return {"code": self.code, "parent": self.parent, "planned": self.planned, "names": dict(self.names)}
 
 
+DEFAULT_REASONS = tuple(Reason(code, None, planned, {"zh-CN": zh, "en": en}) for code, planned, zh, en in (
+    ("MECHANICAL", False, "机械故障", "Mechanical failure"), ("ELECTRICAL", False, "电气故障", "Electrical failure"),
+    ("MATERIAL", False, "缺料", "No material"), ("QUALITY", False, "质量问题", "Quality problem"),
+    ("OPERATOR", False, "人员", "Operator"), ("OTHER", False, "其他", "Other"),
+    ("CHANGEOVER", True, "换型", "Changeover"), ("MAINTENANCE", True, "计划保养", "Planned maintenance")))
+
+
 @dataclass(frozen=True)
 class ShiftInstance:
     """One shift on one local date: ``start``/``end`` are UTC instants, ``breaks``
@@ -103,8 +110,13 @@ class Calendar:
     def timezone(self) -> str:
         return self.zone.key
 
+    @property
+    def reason_tree(self) -> tuple[Reason, ...]:
+        """The plant's reasons, else a small default tree (a stop can always be given one)."""
+        return self.reasons or DEFAULT_REASONS
+
     def reason(self, code: str) -> Reason | None:
-        return next((r for r in self.reasons if r.code == code), None)
+        return next((r for r in self.reason_tree if r.code == code), None)
 
     def _shifts(self) -> tuple[Shift, ...]:
         if self.shifts:

@@ -377,5 +377,4 @@ class MachineAbortFailed(ActionFailed):
     pass
 
 
-COMMAND_TYPES = tuple(name for name, cls in MESSAGE_TYPES.items() if cls.category == COMMAND)
 assert set(ev.WORKER_RESULTS) == {name for name, cls in MESSAGE_TYPES.items() if cls.category == RESULT}

@@ -18,7 +18,7 @@ from nameko.timer import timer
 from shared import events as ev
 
 from .dependencies import LineEventPublisher, ProductionLoop
-from .messages import COMMAND_TYPES, ValidationError, new_message
+from .messages import COMMAND, MESSAGE_TYPES, ValidationError, new_message
 from .outcome import Outcome
 
 EVENT_WAIT_SECONDS = 30.0  # then the event is requeued; its redelivery is a harmless duplicate
@@ -85,7 +85,8 @@ class LineControllerEntrypoints:
     @rpc
     def command(self, type, payload, actor, command_id=None, wait_seconds=None):  # noqa: A002
         command_id = str(command_id) if command_id else uuid.uuid4().hex
-        if type not in COMMAND_TYPES:
+        # Every command class, also those registered beside messages.py (downtime_messages).
+        if getattr(MESSAGE_TYPES.get(type), "category", None) != COMMAND:
             return _rejected(command_id, f"type: unknown command {type!r}")
         if payload is None:
             payload = {}

@@ -77,6 +77,8 @@ class UnitOfWork:
         self._counters_stale = False
         self._conn: Connection | None = None
         self.database_was_away = False  # a transaction or message met an absent database (the loop re-checks)
+        # The transactions' time (None: the wall clock): a test plays a shift of hours in a second.
+        self.clock = None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -88,7 +90,7 @@ class UnitOfWork:
         """One transaction; ``message_id``: the message row it records, if any
         (how a COMMIT whose answer was lost is found in the database)."""
         conn, tx = self._begin()
-        db = DBState(conn, routes=self.routes, line_id=self.line_id)
+        db = DBState(conn, routes=self.routes, line_id=self.line_id, now=self.clock() if self.clock else None)
         work = LoopTransaction(db, self.last_seq + 1, self.last_tx + 1)
         try:
             yield work

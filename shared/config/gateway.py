@@ -30,6 +30,8 @@ class GatewaySettings:
     ws_max_clients: int = 2000
     ws_max_message_bytes: int = 4096
     ws_send_timeout_seconds: float = 10.0
+    # A line DOWN for less than this is a micro-stop, not a stop (docs/oee.md).
+    microstop_seconds: float = 30.0
 
     @property
     def gateway_worker_count(self) -> int:
@@ -45,4 +47,5 @@ PARSERS = {
     "WS_MAX_CLIENTS": ("ws_max_clients", lambda n, r: parse_int(n, r, 0, 100_000)),
     "WS_MAX_MESSAGE_BYTES": ("ws_max_message_bytes", lambda n, r: parse_int(n, r, 125, 1024 * 1024)),
     "WS_SEND_TIMEOUT_SECONDS": ("ws_send_timeout_seconds", lambda n, r: parse_float(n, r, 0.5, 600.0)),
+    "MICROSTOP_SECONDS": ("microstop_seconds", lambda n, r: parse_float(n, r, 0.0, 3600.0)),
 }

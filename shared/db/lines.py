@@ -46,13 +46,15 @@ from shared.db import roles
 from shared.db.engine import make_engine
 from shared.db.models import Base
 from shared.db.models import line as line_models
+from shared.db.models import line_states as line_state_models
 
 log = logging.getLogger(__name__)
 
 PUBLIC = "public"
 # Table names in dependency order (a table after the tables it refers to).
 LINE_TABLES = tuple(t.name for t in Base.metadata.sorted_tables
-                    if t.name in {m.__tablename__ for m in vars(line_models).values()
+                    if t.name in {m.__tablename__ for module in (line_models, line_state_models)
+                                  for m in vars(module).values()
                                   if isinstance(m, type) and issubclass(m, Base) and m is not Base})
 _REGISTER_LOCK = 0x6C696E6573  # pg_advisory_xact_lock key: one registration at a time
 

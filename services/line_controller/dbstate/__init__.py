@@ -17,6 +17,7 @@ from __future__ import annotations
 from .base import KEEP, ConditionFailed, Rejected
 from .cell_transitions import CellTransitions
 from .job_transitions import JobTransitions
+from .line_tracking import LineTracking
 from .loop_records import LoopRecords
 from .machine_tracking import MachineTracking
 from .reads import Reads
@@ -27,5 +28,5 @@ __all__ = ["KEEP", "ConditionFailed", "DBState", "Rejected"]
 
 
 class DBState(Reads, RecoveryReads, JobTransitions, CellTransitions, TasksAndAlarms, MachineTracking,
-              LoopRecords):
+              LineTracking, LoopRecords):
     """One loop transaction's view of the production state; each part in its own module."""

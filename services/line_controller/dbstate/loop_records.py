@@ -36,6 +36,7 @@ class LoopRecords(StateBase):
         The duplicate check comes last on purpose: duplicates are rare, and checking
         here instead of before the handler saves a round trip per message."""
         self.track_machines()
+        self.track_line()  # the line's state, in the transaction of its cause (docs/oee.md)
         frames = self._frames(first_seq, tx_id)
         ctes, params = [], {"frames": as_json(frames), "tx": tx_id, "at": self.now,
                             "mid": msg.id if msg is not None else None}

@@ -50,8 +50,8 @@ class HandlerContext:
 
 Handler = Callable[[object, HandlerContext], dict | None]
 
-from . import commands, recovery, results, signals, timers  # noqa: E402
+from . import commands, downtime, recovery, results, signals, timers  # noqa: E402
 
 HANDLERS: dict[type, Handler] = {**commands.HANDLERS, **signals.HANDLERS, **results.HANDLERS,
-                                 **timers.HANDLERS, **recovery.HANDLERS}
+                                 **timers.HANDLERS, **recovery.HANDLERS, **downtime.HANDLERS}
 assert set(HANDLERS) == set(MESSAGE_TYPES.values()), "a message class without a handler"

@@ -45,6 +45,7 @@ from shared.db.models.line import (
     Task,
     WorkOrder,
 )
+from shared.db.models.line_states import LINE_STATES, LineStateInterval, PlannedDowntime
 from shared.db.models.people import (
     SESSION_SOURCES,
     USER_ROLES,
@@ -99,5 +100,5 @@ __all__ = [
     "POSITION_TYPES", "TASK_STATUSES", "TASK_TERMINAL", "SLOT_STATUSES", "EQUIPMENT_STATUSES",
     "ALARM_SEVERITIES", "ALARM_STATUSES", "ALARM_ACTIVE", "MACHINE_STATES",
     "MANUAL_ACTION_STATUSES", "LOOP_MESSAGE_STATUSES", "AI_JOB_TYPES", "AI_JOB_STATUSES",
-    "AI_TARGET_TYPES", "AI_API_KEY_MODES",
+    "AI_TARGET_TYPES", "AI_API_KEY_MODES", "LINE_STATES", "LineStateInterval", "PlannedDowntime",
 ]
