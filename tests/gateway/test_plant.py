@@ -387,6 +387,24 @@ def test_a_user_limited_to_a_line_sees_and_uses_only_that_line(client, bea):
     assert client.get("/ws", headers=upgrade).status_code == 403  # the default line is not hers
 
 
+def test_a_user_limited_to_a_line_gives_reasons_and_reads_oee_only_there(client, bea):
+    """Issue 53: an operator of cell-b cannot give another line's stop a reason (403, before
+    any line hears of it), and the plant's OEE holds only her line."""
+    csrf = {"X-CSRF-Token": client.post("/api/session", json={"username": "bea", "password": PASSWORD})
+            .get_json()["csrfToken"]}
+    for root in ("/api", "/api/lines/demo-cell", "/api/lines/cell-c"):
+        for path, body in (("/stops/1/reason", {"reasonCode": "OTHER"}),
+                           ("/stops/1/split", {"at": "2026-01-01T00:00:00Z"})):
+            r = client.post(root + path, json=body, headers=csrf)
+            assert (r.status_code, error_of(r)) == (403, "FORBIDDEN"), root + path
+    r = client.post("/api/lines/cell-b/stops/999999/reason", json={"reasonCode": "NO_SUCH"}, headers=csrf)
+    assert (r.status_code, error_of(r)) == (400, "VALIDATION_ERROR")  # her own line: checked, then refused
+    assert client.get("/api/lines/demo-cell/oee").status_code == 403
+    assert client.get("/api/lines/cell-b/oee").status_code == 200
+    items = client.get("/api/plant/oee").get_json()["items"]
+    assert {i["lineId"] for i in items} <= {"cell-b"}
+
+
 def test_without_a_broker_the_plants_uns_says_so_per_line(client):
     """GET /api/plant/uns (issue 52) with no LINECTL_MQTT_URL: nothing is published."""
     r = client.get("/api/plant/uns", headers={"Authorization": f"Bearer {ADMIN}"})
