@@ -136,6 +136,25 @@ def _entries_of(conn, job_ids: list[int]) -> dict[int, list]:
     return out
 
 
+def finished_summaries(conn, job_ids: list[int]) -> list[dict]:
+    """The summaries of the pieces ``job_ids`` names, each with its ``steps``, in the
+    order given (what a finished piece publishes on the line's events, docs/uns.md);
+    a job without a record is left out."""
+    if not job_ids:
+        return []
+    rows = {r.job_id: r for r in conn.execute(text("SELECT * FROM piece WHERE job_id = ANY(:ids)"),
+                                              {"ids": list(job_ids)})}
+    steps = _steps_of(conn, list(rows))
+    return [{**summary(rows[j]), "steps": steps.get(j, [])} for j in job_ids if j in rows]
+
+
+def last_finished(conn) -> dict | None:
+    """The newest finished piece's summary with its steps (None: none finished yet)."""
+    job_id = conn.execute(text("SELECT job_id FROM piece WHERE finished_at IS NOT NULL"
+                               " ORDER BY finished_at DESC, job_id DESC LIMIT 1")).scalar()
+    return finished_summaries(conn, [job_id])[0] if job_id is not None else None
+
+
 HISTORY = ("moves", "scans", "marks", "alarms", "answers")
 _CATEGORY = {"move": "moves", "scan": "scans", "mark": "marks", "alarm": "alarms", "answer": "answers"}
 

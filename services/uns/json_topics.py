@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from services.uns.model import BD_SEQ, EVENT_SEQ, NODE, REBIRTH, Change, LineModel, millis
+from services.uns.model import BD_SEQ, EVENT_SEQ, LAST_PIECE, NODE, REBIRTH, Change, FinishedPiece, LineModel, millis
 from services.uns.port import Command, Message, NodeView
 
 _NOT_PUBLISHED = (BD_SEQ, REBIRTH)  # Sparkplug's session metrics mean nothing here
@@ -24,6 +24,18 @@ _NOT_PUBLISHED = (BD_SEQ, REBIRTH)  # Sparkplug's session metrics mean nothing h
 
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+PIECE_FINISHED = "PieceFinished"
+
+
+def piece_frame(line_id: str, piece: FinishedPiece) -> dict:
+    """A finished piece on the events topic: right after the ``JobFinished`` that ended it,
+    with that event's seq, txId and time; the payload is its record's summary
+    with its steps (as ``GET /api/pieces/{serial}`` has them)."""
+    f = piece.frame
+    return {"seq": f["seq"], "txId": f["txId"], "type": PIECE_FINISHED, "at": f["at"], "payload": piece.summary,
+            "lineId": line_id}
 
 
 class JsonTopics:
@@ -61,13 +73,21 @@ class JsonTopics:
         return []
 
     def transaction(self, node: NodeView, frames: list[dict], changes: list[Change], *, historical: bool,
-                    dead_devices: frozenset[str]) -> list[Message]:
+                    dead_devices: frozenset[str], pieces: list[FinishedPiece] = ()) -> list[Message]:
         events = f"{self.prefix}/{node.line_id}/events"
-        out = [Message(events, json.dumps({**frame, "lineId": node.line_id}).encode(), qos=1) for frame in frames]
+        ended = {p.frame["seq"]: p for p in pieces}
+        out = []
+        for frame in frames:
+            out.append(Message(events, json.dumps({**frame, "lineId": node.line_id}).encode(), qos=1))
+            if frame["seq"] in ended:  # the piece's summary right after the event that finished it
+                out.append(Message(events, json.dumps(piece_frame(node.line_id, ended[frame["seq"]])).encode(), qos=1))
         if historical:
             return out
         seq, at = frames[-1]["seq"], millis(frames[-1]["at"])
         out.append(self._state(node, NODE, EVENT_SEQ, seq, at, seq))
+        if pieces:
+            last = pieces[-1]
+            out.append(self._state(node, NODE, LAST_PIECE, last.summary, millis(last.frame["at"]), seq))
         return out + [self._state(node, c.device, c.name, c.value, c.at, seq) for c in changes
                       if c.name not in _NOT_PUBLISHED]
 

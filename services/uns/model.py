@@ -22,6 +22,7 @@ from datetime import datetime
 from sqlalchemy import text
 
 from shared.db.models import ALARM_ACTIVE, JOB_TERMINAL, WORK_ORDER_TERMINAL
+from shared.piece_query import last_finished
 
 NODE = ""  # the edge node's own metrics (no device)
 ROBOT, BUFFER, DOCK = "ROBOT", "BUFFER", "DOCK"
@@ -36,13 +37,16 @@ CONTROLLER = "Line/Controller"
 STATE, FAULT_CODE = "State", "Fault Code"
 DOWN = "DOWN"  # a machine's State while its line's controller is down: nothing tracks it then
 EQUIPMENT_FAULT = "EQUIPMENT_FAULT"  # the alarm a machine's PLC fault raises (facts.fault: its code)
+LAST_PIECE = "Line/LastPiece"  # a finished piece's summary (JSON): once per piece finished, in its transaction
 REBIRTH = "Node Control/Rebirth"
 BD_SEQ = "bdSeq"
 NODE_METRICS = (
     (BD_SEQ, INT64), (REBIRTH, BOOLEAN), (EVENT_SEQ, UINT64), (PLC_CONNECTED, BOOLEAN),
     ("Line/Active Orders", INT64), ("Line/Completed", INT64), ("Line/Scrapped", INT64),
     ("Line/Open Alarms", INT64), ("Line/Open Manual Actions", INT64), (CONTROLLER, BOOLEAN),
+    (LAST_PIECE, STRING),
 )
+FINISHED = ("COMPLETED", "SCRAPPED")  # a piece's end: its record's summary is published
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class LineModel:
         model.alarms = {r[0] for r in q["alarms"]}
         model.actions = {r[0] for r in q["actions"]}
         v[(NODE, CONTROLLER)] = True
+        v[(NODE, LAST_PIECE)] = last_finished(conn)
         model.values = {key: value for key, value in v.items() if key in catalog.types}
         model.tracked = {d: model.values[(d, STATE)] for d in catalog.devices if (d, STATE) in catalog.types}
         model._counts()
@@ -215,9 +220,9 @@ class LineModel:
                     self.values[(equipment_id, "Cycle Count")] = n
         self.seq = self.values[(NODE, EVENT_SEQ)] = frames[-1]["seq"]
         at = millis(frames[-1]["at"])
-        # Line/EventSeq is the format's to write: once per event of the transaction.
+        # Line/EventSeq and Line/LastPiece are the format's to write: once per event, per piece.
         return [Change(d, n, value, at) for (d, n), value in self.values.items()
-                if before.get((d, n)) != value and n != EVENT_SEQ]
+                if before.get((d, n)) != value and n not in (EVENT_SEQ, LAST_PIECE)]
 
     def _count(self, frame: dict) -> None:
         kind, p = frame["type"], frame.get("payload") or {}
@@ -272,6 +277,22 @@ def event_changes(frame: dict, catalog: Catalog) -> list[Change]:
         elif p.get("status") in ("SUCCEEDED", "FAILED", "CANCELLED"):
             out += [Change(ROBOT, "Task/Id", None, at), Change(ROBOT, "Task/Kind", None, at)]
     return [c for c in out if (c.device, c.name) in catalog.types]
+
+
+@dataclass(frozen=True)
+class FinishedPiece:
+    """A piece a transaction finished: the ``JobFinished`` frame that ended it, and its
+    record's summary with its steps (``shared.piece_query.finished_summaries``)."""
+    frame: dict
+    summary: dict
+
+
+def finished_jobs(frames: list[dict]) -> list[tuple[int, dict]]:
+    """The pieces a transaction finished (``JobFinished`` COMPLETED or SCRAPPED), in
+    event order: ``(job id, its event's frame)``."""
+    return [(f["payload"]["id"], f) for f in frames
+            if f["type"] == "JobFinished" and isinstance((f.get("payload") or {}).get("id"), int)
+            and f["payload"].get("status") in FINISHED]
 
 
 def _int_or_none(value) -> int | None:

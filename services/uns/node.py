@@ -30,7 +30,7 @@ from itertools import groupby
 import paho.mqtt.client as mqtt
 
 from services.uns.commands import CommandDesk
-from services.uns.model import Catalog, LineModel, event_changes
+from services.uns.model import LAST_PIECE, NODE, Catalog, LineModel, event_changes
 from services.uns.outbox import LineOutbox
 from services.uns.port import Format, Message
 
@@ -274,8 +274,11 @@ class EdgeNode:
 
     def _live_transaction(self, frames: list[dict]) -> None:
         changes = self.model.apply(frames, cycles=self.outbox.cycles)
+        pieces = self.outbox.finished_pieces(frames)
+        if pieces:
+            self.model.values[(NODE, LAST_PIECE)] = pieces[-1].summary
         msgs = [m for f in self.formats for m in f.transaction(self, frames, changes, historical=False,
-                                                               dead_devices=self.dead_devices)]
+                                                               dead_devices=self.dead_devices, pieces=pieces)]
         plc = self.model.plc_connected
         if not plc and len(self.dead_devices) < len(self.catalog.devices):
             msgs += [m for f in self.formats for d in self.catalog.devices if d not in self.dead_devices
@@ -315,7 +318,8 @@ class EdgeNode:
             for tx in self._transactions(frames, full=frames[-1]["seq"] < upto):
                 changes = {(c.device, c.name): c for f in tx for c in event_changes(f, self.catalog)}
                 msgs = [m for f in self.formats for m in f.transaction(
-                    self, tx, list(changes.values()), historical=True, dead_devices=self.dead_devices)]
+                    self, tx, list(changes.values()), historical=True, dead_devices=self.dead_devices,
+                    pieces=self.outbox.finished_pieces(tx))]
                 self._send(msgs, (self.history[0][0], tx[-1]["seq"]))
                 self.history[0][0] = tx[-1]["seq"]
                 self._history_tokens -= len(tx)

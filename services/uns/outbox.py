@@ -22,9 +22,10 @@ import socket
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from services.uns.model import CYCLES_SQL, Catalog, LineModel
+from services.uns.model import CYCLES_SQL, LAST_PIECE, NODE, Catalog, FinishedPiece, LineModel, finished_jobs
 from shared import serialize
 from shared.db.lines import PUBLIC, LineNotPlaced, placement, quote
+from shared.piece_query import finished_summaries
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +96,28 @@ class LineOutbox:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 self._enter(conn)
-                return LineModel.read(conn, catalog)
+                model = LineModel.read(conn, catalog)
+        piece = model.values.get((NODE, LAST_PIECE))
+        if piece is not None:
+            model.values[(NODE, LAST_PIECE)] = {"lineId": self.line_id, **piece}
+        return model
 
     def cycles(self, equipment_ids: list[str]) -> dict[str, int]:
         with self.engine.begin() as conn:
             self._enter(conn)
             return {r[0]: int(r[1]) for r in conn.execute(text(CYCLES_SQL), {"ids": equipment_ids})}
+
+    def finished_pieces(self, frames: list[dict]) -> list[FinishedPiece]:
+        """The pieces one transaction's frames finished, with their records (written in
+        that transaction by the loop, so there by the time its events are read)."""
+        ended = finished_jobs(frames)
+        if not ended:
+            return []
+        with self.engine.begin() as conn:
+            self._enter(conn)
+            summaries = {s["jobId"]: s for s in finished_summaries(conn, [job_id for job_id, _f in ended])}
+        return [FinishedPiece(frame, {"lineId": self.line_id, **summaries[job_id]})
+                for job_id, frame in ended if job_id in summaries]
 
     def save(self, *, acked_seq: int | None = None, bd_seq: int | None = None, connected: bool | None = None,
              messages: int = 0) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.uns.model import Catalog, Change, LineModel
+from services.uns.model import Catalog, Change, FinishedPiece, LineModel
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class Format(Protocol):
     def birth(self, node: NodeView, model: LineModel, live_devices: list[str]) -> list[Message]: ...
 
     def transaction(self, node: NodeView, frames: list[dict], changes: list[Change], *, historical: bool,
-                    dead_devices: frozenset[str]) -> list[Message]: ...
+                    dead_devices: frozenset[str], pieces: list[FinishedPiece] = ()) -> list[Message]:
+        """One loop transaction: its events, what they changed, the pieces it finished."""
 
     def values(self, node: NodeView, changes: list[Change], *, at: int, dead_devices: frozenset[str]) -> list[Message]:
         """Changes no event carries (the line's controller seen to come or go)."""

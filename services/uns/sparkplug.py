@@ -17,11 +17,24 @@ Tahu schema's ``Payload`` (``services.uns.proto``).
 
 from __future__ import annotations
 
+import json
 import time
 
 from google.protobuf.message import DecodeError
 
-from services.uns.model import BD_SEQ, EVENT_SEQ, INT64, NODE, REBIRTH, UINT64, Change, LineModel, millis
+from services.uns.model import (
+    BD_SEQ,
+    EVENT_SEQ,
+    INT64,
+    LAST_PIECE,
+    NODE,
+    REBIRTH,
+    UINT64,
+    Change,
+    FinishedPiece,
+    LineModel,
+    millis,
+)
 from services.uns.port import Command, Message, NodeView
 from services.uns.proto import sparkplug_b_pb2 as pb
 
@@ -44,7 +57,9 @@ def _set_value(metric, datatype: int, value) -> None:
     elif datatype == pb.Boolean:
         metric.boolean_value = bool(value)
     elif datatype == pb.String:
-        metric.string_value = str(value)
+        # a structured value (Line/LastPiece) as compact JSON
+        metric.string_value = json.dumps(value, separators=(",", ":"), ensure_ascii=False) \
+            if isinstance(value, dict | list) else str(value)
     elif datatype == INT64:
         metric.long_value = int(value) & 0xFFFFFFFFFFFFFFFF  # two's complement, as the spec stores Int64
     else:
@@ -96,10 +111,11 @@ class Sparkplug:
         return [Message(topic(node.group, "DDEATH", node.line_id, device), payload.SerializeToString())]
 
     def transaction(self, node: NodeView, frames: list[dict], changes: list[Change], *, historical: bool,
-                    dead_devices: frozenset[str]) -> list[Message]:
-        """NDATA (every event's ``Line/EventSeq``, then the node's changes), then a
-        DDATA per living device that changed."""
+                    dead_devices: frozenset[str], pieces: list[FinishedPiece] = ()) -> list[Message]:
+        """NDATA (every event's ``Line/EventSeq``, a ``Line/LastPiece`` per piece
+        finished, then the node's changes), then a DDATA per living device that changed."""
         events = [Change(NODE, EVENT_SEQ, frame["seq"], millis(frame["at"])) for frame in frames]
+        events += [Change(NODE, LAST_PIECE, p.summary, millis(p.frame["at"])) for p in pieces]
         return self._data(node, events, changes, millis(frames[-1]["at"]), historical, dead_devices)
 
     def values(self, node: NodeView, changes: list[Change], *, at: int, dead_devices: frozenset[str]) -> list[Message]:

@@ -5,10 +5,12 @@ specification (tests/support/sparkplug_host.py) watches a real mosquitto."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services.uns.proto import sparkplug_b_pb2 as pb
 from tests.support.mosquitto import Broker
 from tests.support.sparkplug_host import SparkplugHost
 from tests.support.waiting import wait_for
@@ -61,6 +63,37 @@ def newest_seq(stack, token) -> int:
         after = page["nextCursor"]
 
 
+def events_of(stack, token, kind: str) -> list[dict]:
+    items, after = [], 0
+    while True:
+        code, page = stack.get(f"/api/events?after={after}&limit=500", token)
+        assert code == 200, page
+        items += [e for e in page["items"] if e["type"] == kind]
+        if not page["nextCursor"]:
+            return items
+        after = page["nextCursor"]
+
+
+def finished_pieces(stack, token, order_id: int) -> dict[int, dict]:
+    """The order's finished pieces' records, by job id, with the seq of the JobFinished that ended each."""
+    code, page = stack.get(f"/api/pieces?workOrderId={order_id}&limit=100", token)
+    assert code == 200, page
+    ended = {e["payload"]["id"]: e["seq"] for e in events_of(stack, token, "JobFinished")
+             if e["payload"]["status"] in ("COMPLETED", "SCRAPPED")}
+    out = {}
+    for item in page["items"]:
+        code, record = stack.get(f"/api/pieces/{item['serial']}", token)
+        assert code == 200, record
+        out[item["jobId"]] = {**record, "endedAtSeq": ended[item["jobId"]]}
+    return out
+
+
+def piece_summary(record: dict) -> dict:
+    """What the line's events say of a finished piece (docs/uns.md): its summary and its steps."""
+    keys = ("serial", "jobId", "workOrderId", "workOrderCode", "productId", "status", "createdAt", "finishedAt")
+    return {"lineId": LINE, **{k: record[k] for k in keys}, "steps": record["steps"]}
+
+
 def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory, mqtt_broker):
     host = SparkplugHost(mqtt_broker.url, GROUP)
     stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
@@ -88,6 +121,25 @@ def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory
         assert host.nodes[LINE].live.get("/Line/Scrapped") == line["scrapped"] and line["completed"] >= 1
         assert not host.errors, host.errors[:10]
         assert all(not historical for _s, historical in host.event_seqs[LINE])
+        # Each piece finishing: its summary as Line/LastPiece, in the NDATA with its JobFinished's seq.
+        pieces = finished_pieces(stack, token, order["id"])
+        assert len(pieces) == 2 and all(p["status"] == "COMPLETED" and p["steps"] for p in pieces.values())
+        said_pieces = {}
+        for seen in host.of(LINE, "NDATA"):
+            seqs = {m["value"] for m in seen.metrics if m["name"] == "/Line/EventSeq"}
+            for m in seen.metrics:
+                if m["name"] == "/Line/LastPiece":
+                    assert m["datatype"] == pb.String and not m["historical"]
+                    said = json.loads(m["value"])
+                    said_pieces[said["jobId"]] = (said, seqs)
+        for job_id, record in pieces.items():
+            said, seqs = said_pieces[job_id]
+            assert said == piece_summary(record), (said, record)
+            assert record["endedAtSeq"] in seqs
+            assert [(s["equipmentId"], s["result"]) for s in said["steps"]] == \
+                [(s["equipmentId"], s["result"]) for s in record["steps"]]
+        last_piece = max(pieces, key=lambda job_id: pieces[job_id]["endedAtSeq"])
+        assert json.loads(host.nodes[LINE].live["/Line/LastPiece"])["jobId"] == last_piece
         # What the broker acknowledged, as the gateway tells an admin (and no one else).
         assert stack.get("/api/plant/uns", token)[0] == 403
         admin = stack.token("admin")
@@ -157,8 +209,6 @@ def audited_refusals(stack) -> list[tuple]:
 
 
 def test_commands_rebirth_only_every_other_refused_audited_and_hostile_input_ignored(stack_factory, mqtt_broker):
-    from services.uns.proto import sparkplug_b_pb2 as pb
-
     host = SparkplugHost(mqtt_broker.url, GROUP)
     stack = stack_factory(extra_env=mqtt_env(mqtt_broker)).up()
     try:
@@ -266,7 +316,6 @@ def test_json_and_sparkplug_over_tls_with_a_login(stack_factory, tmp_path):
     """The settings' CA file, user and password file work end to end on a TLS broker that
     refuses anonymous clients; ``both``: Sparkplug, and the JSON topics (retained current
     values, every event on the line's events topic)."""
-    import json
     import threading
 
     import paho.mqtt.client as mqtt
@@ -307,10 +356,19 @@ def test_json_and_sparkplug_over_tls_with_a_login(stack_factory, tmp_path):
             first = min((e["seq"] for e in events), default=last)
         wait_for(lambda: [e["seq"] for e in list(events) if e["seq"] <= last][-1:] == [last], 30, 0.05,
                  "every event on the events topic")
+        (job_id, record), = finished_pieces(stack, token, order["id"]).items()
+        wait_for(lambda: any(e["type"] == "PieceFinished" for e in list(events)), 30, 0.05, "the piece finished")
         with lock:
             seqs = [e["seq"] for e in events]
             assert seqs == sorted(seqs) and set(range(first, last + 1)) <= set(seqs)
             assert all(e["lineId"] == LINE and {"seq", "txId", "type", "at", "payload"} <= set(e) for e in events)
+            # The piece's summary right after the JobFinished that ended it, with its seq and txId.
+            (i, piece), = [(i, e) for i, e in enumerate(events) if e["type"] == "PieceFinished"]
+            assert piece["payload"] == piece_summary(record) and piece["seq"] == record["endedAtSeq"]
+            assert events[i - 1]["type"] == "JobFinished" and events[i - 1]["payload"]["id"] == job_id
+            assert (events[i - 1]["seq"], events[i - 1]["txId"]) == (piece["seq"], piece["txId"])
+        wait_for(lambda: retained.get(f"linectl/{LINE}/Line/LastPiece", {}).get("value") == piece_summary(record),
+                 30, 0.05, lambda: f"Line/LastPiece retained: {retained.get(f'linectl/{LINE}/Line/LastPiece')}")
         # The retained current values: what the REST API says, with the seq they include.
         wait_for(lambda: retained.get(f"linectl/{LINE}/Line/Completed", {}).get("value") == 1, 30, 0.05,
                  lambda: f"Line/Completed retained: {retained.get(f'linectl/{LINE}/Line/Completed')}")
