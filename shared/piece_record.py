@@ -7,7 +7,7 @@ records, and costs no round trip of its own. :func:`translate` turns the
 transaction's events (the same ``(type, payload)`` pairs that go to
 ``event_log``) into rows; :func:`write_sql` is the SQL, as CTEs the loop adds to
 its statement. The upgrade of a database from before piece records
-(``rebuild_from_log``, migration 0012) runs the same translation over what the
+(``shared.piece_rebuild``, migration 0012) runs the same translation over what the
 event log still holds, transaction by transaction.
 
 What a step is: a machine step runs from the loop's start of the cycle (the job
@@ -56,7 +56,7 @@ class PieceChanges:
         return bool(self.pieces or self.closes or self.steps or self.entries or self.alarms)
 
 
-class _Translation:
+class Translation:
     def __init__(self, at: datetime):
         self.at = at
         self.out = PieceChanges()
@@ -188,12 +188,12 @@ class _Translation:
 def translate(events, at: datetime) -> PieceChanges:
     """What ``events`` (one transaction's ``(type, payload)`` pairs, in order, at
     ``at``) add to the piece records."""
-    t = _Translation(at)
-    _read(t, events)
+    t = Translation(at)
+    read_events(t, events)
     return t.out
 
 
-def _read(t: _Translation, events) -> None:
+def read_events(t: Translation, events) -> None:
     finals: dict[int, dict] = {}  # each job as the transaction leaves it (a SCAN's code comes after its result)
     for type_, payload in events:
         if type_ in JOB_EVENTS:
@@ -322,108 +322,3 @@ def write(conn, changes: PieceChanges, at: datetime) -> None:
     ctes, params = write_sql(changes, at)
     if ctes:
         conn.execute(text("WITH " + ", ".join(ctes) + " SELECT 1"), params)
-
-
-# -- the upgrade: records from what the event log still holds -------------------------
-
-REBUILD_BATCH = 2000  # transactions read per round; rows written per statement
-
-
-@dataclass
-class RebuildCount:
-    finished: int = 0  # finished jobs (COMPLETED, SCRAPPED, CANCELLED) in the database
-    rebuilt: int = 0  # of those, the ones whose whole history the log still held
-    not_rebuilt: int = 0  # the others: a record with the job's own facts, the history the log still had
-
-    def as_text(self, line_id: str | None) -> str:
-        return (f"line {line_id or '?'}: {self.finished} finished pieces, {self.rebuilt} records rebuilt from "
-                f"the event log, {self.not_rebuilt} could not be rebuilt (their events were purged)")
-
-
-def _in_memory_alarm_jobs(t: _Translation, alarm: dict) -> list[int]:
-    """An alarm's pieces as the log says they were placed then (the rebuild has no slots of the time)."""
-    if alarm["scope"] == "job":
-        return [int(alarm["ref"])]
-    jobs = []
-    for job_id, job in t.latest.items():
-        if alarm["scope"] == "equipment":
-            machine = (job.get("positionRefId") or "").rpartition(":")[0]
-            if job.get("positionType") == "ON_EQUIPMENT" and machine == alarm["ref"]:
-                jobs.append(job_id)
-        elif (job.get("status") not in ("COMPLETED", "SCRAPPED", "CANCELLED", "PENDING")
-              and job.get("positionType") not in ("ON_DOCK", "OUT")):
-            jobs.append(job_id)
-    return jobs
-
-
-def _flush(conn, t: _Translation, *, final: bool) -> None:
-    out = t.out
-    for alarm in out.alarms:
-        for job_id in _in_memory_alarm_jobs(t, alarm):
-            t.entry(job_id, "alarm", alarm["detail"])
-    open_steps = {id(s) for s in t.open_here.values()}
-    done = [s for s in out.steps if final or id(s) not in open_steps]
-    for s in done:
-        s["ifNoneOpen"] = False
-    rows = PieceChanges(pieces=out.pieces, steps=done, entries=out.entries)
-    for chunk in range(0, max(len(rows.steps), len(rows.entries), 1), REBUILD_BATCH):
-        part = PieceChanges(pieces=rows.pieces if chunk == 0 else {},
-                            steps=rows.steps[chunk:chunk + REBUILD_BATCH],
-                            entries=rows.entries[chunk:chunk + REBUILD_BATCH])
-        write(conn, part, t.at)
-    t.out = PieceChanges(steps=[s for s in out.steps if not final and id(s) in open_steps])
-    # ``latest`` stays: later alarms place pieces from it
-
-
-def _by_transaction(rows):
-    group: list = []
-    for r in rows:
-        if group and r.tx_id != group[0].tx_id:
-            yield group
-            group = []
-        group.append(r)
-    if group:
-        yield group
-
-
-def rebuild_from_log(conn, line_id: str | None) -> RebuildCount:
-    """Records for a line's jobs from what its event log still holds (``conn``'s
-    search_path is the line's schema). Run once, by migration 0012, on tables
-    that have no records yet. Every job gets its record (its serial, order,
-    status and times from its row); its history is what the log still has."""
-    conn.execute(text(
-        "UPDATE job SET serial = COALESCE(NULLIF(context->>'barcode', ''), concat_ws('-', CAST(:line AS text), "
-        "  (SELECT code FROM work_order w WHERE w.id = job.work_order_id), seq_no)) WHERE serial IS NULL"),
-        {"line": line_id})
-    created = set()
-    t = _Translation(datetime.min)
-    after = 0
-    while True:
-        rows = conn.execute(text(
-            "SELECT tx_id, at, type, payload FROM event_log WHERE tx_id IN ("
-            "  SELECT DISTINCT tx_id FROM event_log WHERE tx_id > :after ORDER BY tx_id LIMIT :n) "
-            "ORDER BY seq"), {"after": after, "n": REBUILD_BATCH}).all()
-        if not rows:
-            break
-        for tx_rows in _by_transaction(rows):
-            events = [(r.type, r.payload) for r in tx_rows]
-            t.at = tx_rows[0].at
-            t.closed_before = set()  # nothing was written before: a close ends only steps in memory
-            _read(t, events)
-            created.update(p["id"] for type_, p in events if type_ == "JobCreated")
-        after = rows[-1].tx_id
-        _flush(conn, t, final=False)
-    _flush(conn, t, final=True)
-    # Every job has its record, also one whose every event was purged (its own row's facts).
-    conn.execute(text(
-        "INSERT INTO piece (job_id, serial, work_order_id, work_order_code, product_id, status, created_at, "
-        "  finished_at) SELECT j.id, j.serial, j.work_order_id, w.code, w.product_id, j.status, j.created_at, "
-        "  j.finished_at FROM job j JOIN work_order w ON w.id = j.work_order_id "
-        "ON CONFLICT (job_id) DO UPDATE SET serial = EXCLUDED.serial, status = EXCLUDED.status, "
-        "  created_at = EXCLUDED.created_at, finished_at = EXCLUDED.finished_at"))
-    finished = conn.execute(text(
-        "SELECT id FROM job WHERE status IN ('COMPLETED', 'SCRAPPED', 'CANCELLED')")).scalars().all()
-    count = RebuildCount(finished=len(finished))
-    count.rebuilt = sum(1 for job_id in finished if job_id in created)
-    count.not_rebuilt = count.finished - count.rebuilt
-    return count

@@ -12,7 +12,7 @@ import io
 
 from flask import Response, request, stream_with_context
 
-from gateway import schemas
+from gateway import piece_schemas, schemas
 from gateway.api.blueprint import Blueprint, LineBlueprint
 from gateway.api.common import (
     QUERY_ERRORS,
@@ -52,7 +52,7 @@ def _wants_csv() -> bool:
     return request.accept_mimetypes.best_match(["application/json", "text/csv"]) == "text/csv"
 
 
-@query_view(blp, "/pieces", schemas.PieceListArgsSchema, schemas.PiecePageSchema)
+@query_view(blp, "/pieces", piece_schemas.PieceListArgsSchema, piece_schemas.PiecePageSchema)
 def list_pieces(args):
     """The line's pieces, oldest first; ``Accept: text/csv``: every matching piece's
     whole record, streamed (no paging: ``limit`` and ``cursor`` do not apply)."""
@@ -86,7 +86,7 @@ def _csv(f: pq.PieceFilter) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="pieces-{line.id}.csv"'})
 
 
-@query_view(blp, "/pieces/<serial>", None, schemas.PieceSchema, 401, 403, 404)
+@query_view(blp, "/pieces/<serial>", None, piece_schemas.PieceSchema, 401, 403, 404)
 def get_piece(serial):
     """A piece's whole record: its steps, robot moves, scans, marks, alarms and the
     operators' answers that touched it."""
@@ -101,8 +101,8 @@ def get_piece(serial):
 
 @plant_blp.route("/plant/pieces", methods=["GET"])
 @require("operator")
-@plant_blp.arguments(schemas.PlantPieceArgsSchema, location="query")
-@plant_blp.response(200, schemas.PiecePageSchema)
+@plant_blp.arguments(piece_schemas.PlantPieceArgsSchema, location="query")
+@plant_blp.response(200, piece_schemas.PiecePageSchema)
 @document_errors(plant_blp, *QUERY_ERRORS)
 def find_on_every_line(args):
     """The pieces with this serial on every line the caller may see (a line without

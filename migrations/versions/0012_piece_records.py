@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from shared.db.lines import PUBLIC, line_schemas, quote
-from shared.piece_record import rebuild_from_log
+from shared.piece_rebuild import rebuild_from_log
 
 revision = '0012'
 down_revision = '0011'
