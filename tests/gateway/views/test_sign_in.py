@@ -50,7 +50,7 @@ def test_an_operator_signs_in_runs_an_order_is_told_the_session_ended_and_signs_
             catalog(language)["signin.title"]
         assert not visible(browser, "#line-section") and not visible(browser, "#sign-out")
         # Signed out, said as such: not a red "offline", as if the system were down.
-        wait_for(lambda: conn_badge(browser) == ("out", catalog(language)["conn.out"]), timeout=10,
+        wait_for(lambda language=language: conn_badge(browser) == ("out", catalog(language)["conn.out"]), timeout=10,
                  message=lambda: f"the badge to say signed out, not {conn_badge(browser)}")
         assert axe_findings(browser, axe_source, ["#signin-section"]) == []
     words = catalog("en")
