@@ -403,6 +403,7 @@ async function refreshPlantStats() {
     if (!plant.on) return;
     plant.output = stats;
     drawPlantOutput(stats, day);
+    refreshPlantOee();  // OEE by shift and line (oee.js)
     if (plant.viewed === null) for (const line of plant.lines) drawCard(line.id);
   } catch (e) {
     if (plant.viewed === null) say(failure(e));

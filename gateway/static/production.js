@@ -8,7 +8,9 @@
 // Events that change the figures; any of them asks for a refresh, at most one
 // per STATS_MIN_INTERVAL_MS however many arrive (a busy line sends dozens a second).
 const STATS_EVENTS = new Set(["MachineStateChanged", "JobFinished", "WorkOrderCompleted", "AlarmRaised",
-                              "AlarmCleared", "AlarmShelved", "AlarmUnshelved"]);
+                              "AlarmCleared", "AlarmShelved", "AlarmUnshelved",
+                              // the shift's OEE, states and stops (oee.js)
+                              "LineStateChanged", "StopReasonAssigned", "StopSplit", "PlannedDowntimeAdded"]);
 const STATS_MIN_INTERVAL_MS = 3000;
 // The open interval of each machine grows with time even when nothing happens.
 const STATS_PERIOD_MS = 30000;
@@ -69,6 +71,7 @@ async function refreshStats() {
   if (!lineShown()) return;  // the plant overview (plant.js): no line's figures to draw
   statsLastAt = Date.now();
   const generation = ++statsGeneration;
+  refreshOee();  // the shift's OEE, states, stops and Pareto (oee.js), beside these figures
   const w = statsWindow();
   const q = windowQuery(w);
   try {

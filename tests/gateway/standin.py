@@ -20,6 +20,9 @@ from nameko.rpc import rpc
 from nameko.standalone.events import event_dispatcher
 from sqlalchemy import func, select, text
 
+from services.line_controller.dbstate import DBState
+from services.line_controller.dbstate import Rejected as LoopRejected
+from services.line_controller.dbstate.line_tracking import stop_json
 from services.line_controller.messages import split_actor
 from shared import serialize
 from shared.config import Settings
@@ -208,6 +211,16 @@ def _confirm_recovery(s, p, actor):
     return {"confirmed": sorted(confirmed)}, [("RecoveryConfirmed", {"confirmed": sorted(confirmed)})]
 
 
+def _assign_stop_reason(s, p, actor):
+    """As the loop does it (issue 53): the real DBState transition and its event."""
+    db = DBState(s.connection())
+    try:
+        row = db.assign_stop_reason(p["stopId"], p["reasonCode"], p.get("comment"), actor)
+    except LoopRejected as exc:
+        raise Rejected(exc.code, exc.message) from None
+    return stop_json(row), db.events
+
+
 HANDLERS = {
     "CreateOrder": _create_order,
     "StartOrder": _start_order,
@@ -222,6 +235,7 @@ HANDLERS = {
     "UnshelveAlarm": _unshelve_alarm,
     "ResolveManualAction": _resolve,
     "ConfirmRecovery": _confirm_recovery,
+    "AssignStopReason": _assign_stop_reason,
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from sqlalchemy import insert, update
+from sqlalchemy import insert, text, update
 
 from shared.config import Settings
 from shared.db.models import (
@@ -180,3 +180,29 @@ def seed_open_actions(writable) -> dict[str, int]:
         s.flush()
         return {"start": start.id, "recovery": recovery.id, "unknown": unknown.id, "stopped": stopped.id,
                 "fault_alarm": fault_alarm.id, "start_alarm": start_alarm.id}
+
+
+def seed_line_states(writable, now: datetime) -> tuple[int, int]:
+    """The line's states in today's shift (the calendar's default: the UTC day) as
+    the loop records them over its last 40 minutes (less just after midnight):
+    running, a machine fault without a reason, an e-stop given OPERATOR, running
+    on. The fault's and the e-stop's ids."""
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    span = min(timedelta(minutes=40), now - midnight - timedelta(seconds=5))
+    base = now - span
+
+    def at(fraction: float) -> datetime:
+        return base + span * fraction
+
+    rows = [("RUNNING", None, None, at(0), at(0.2), None), ("DOWN", "EQUIPMENT_FAULT", "MC1", at(0.2), at(0.5), None),
+            ("RUNNING", None, None, at(0.5), at(0.6), None), ("DOWN", "ESTOP", None, at(0.6), at(0.8), "OPERATOR"),
+            ("RUNNING", None, None, at(0.8), None, None)]
+    ids = []
+    with writable.begin() as s:
+        for state, cause, equipment, start, end, reason in rows:
+            ids.append(s.execute(text(
+                "INSERT INTO line_state_interval (state, cause, equipment_id, started_at, ended_at, seen_at, "
+                "reason_code, assigned_by, assigned_at) VALUES (:st, :c, :e, :a, :b, :a, :r, "
+                "CASE WHEN :r IS NULL THEN NULL ELSE 'anna' END, CASE WHEN :r IS NULL THEN NULL ELSE :a END) "
+                "RETURNING id"), {"st": state, "c": cause, "e": equipment, "a": start, "b": end, "r": reason}).scalar())
+    return ids[1], ids[3]

@@ -15,7 +15,7 @@ import requests
 from shared.serialize import iso
 from tests.gateway.conftest import OPERATOR
 from tests.gateway.views import pages
-from tests.gateway.views.seeding import seed_alarms, seed_history, seed_live_job
+from tests.gateway.views.seeding import seed_alarms, seed_history, seed_line_states, seed_live_job
 from tests.support.waiting import wait_for
 
 pytestmark = pages.PAGE_MARKS
@@ -132,10 +132,59 @@ def check_a_pieces_route(browser, job_id: int) -> None:
     assert steps[1][3].endswith("(16 min)") and steps[2][3].startswith("started ")
 
 
+def check_the_shift_oee(browser, served: str) -> None:
+    """Issue 53: the current shift's A, P, Q and OEE as /api/oee says, its states, the
+    Pareto; a stop without a reason given one by a finger (the stop, then the reason:
+    two taps on large targets); screenshots at 1280x800 in both languages."""
+    wait_for(lambda: browser.check("document.body.dataset.oeeLoaded === 'true'"), timeout=30,
+             message="the shift's OEE")
+    auth = {"Authorization": f"Bearer {OPERATOR}"}
+    asked = {key: unquote(value) for key, value in pages.asked_by(browser)("/api/oee")[-1].items()}
+    shift = requests.get(f"{served}/api/oee", params=asked, headers=auth, timeout=10).json()["items"][-1]
+    for key in ("availability", "performance", "quality", "oee"):
+        shown = browser.evaluate(f"document.querySelector('#oee-{key} .value').textContent")
+        # the same window a moment later: the shift is a few seconds longer
+        assert abs(float(shown.rstrip("%")) - shift[key] * 100) < 0.2, (key, shown, shift[key])
+    states = pages.chart_data(browser, "states-chart")
+    assert [d["label"] for d in states["datasets"]] == ["running", "idle", "down", "planned downtime",
+                                                        "not scheduled"]
+    assert len(states["datasets"][2]["data"]) == 2  # the fault and the e-stop
+    pareto = pages.chart_data(browser, "pareto-chart")
+    assert pareto["labels"] == ["no reason yet", "Operator"]
+    stop = browser.evaluate("document.querySelector('#oee-stops li[data-stop-id] button.stop')"
+                            ".getBoundingClientRect().height")
+    assert stop >= 56  # a finger's target
+    browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=800, deviceScaleFactor=1, mobile=False)
+    pick_a_reason(browser, "en")
+    assert browser.check("[...document.querySelectorAll('#oee-stops button.reason')]"
+                         ".every(b => b.getBoundingClientRect().height >= 56)")
+    pages.open_page(browser, served, OPERATOR, "zh-CN")
+    wait_for(lambda: browser.check("document.body.dataset.oeeLoaded === 'true'"), timeout=30,
+             message="the shift's OEE in Chinese")
+    pick_a_reason(browser, "zh-CN")
+    browser.evaluate("document.querySelector('#oee-stops button.reason[data-code=MECHANICAL]').click()")
+    wait_for(lambda: browser.check("document.querySelector('#oee-stops li.empty') !== null"
+                                   " && Chart.getChart(document.getElementById('pareto-chart')).data.labels"
+                                   ".includes('机械故障')"), timeout=15, message="the reason given")
+    stops = requests.get(f"{served}/api/stops", headers=auth, timeout=10).json()["items"]
+    assert [(s["reasonCode"], s["assignedBy"]) for s in stops] == [("MECHANICAL", "operator"), ("OPERATOR", "anna")]
+    assert pages.page_errors(browser) == []
+
+
+def pick_a_reason(browser, language: str) -> None:
+    """The first tap: the stop opens its reasons (a screenshot of it, docs/ has a copy)."""
+    browser.evaluate("document.querySelector('#oee-stops li[data-stop-id] button.stop').click()")
+    wait_for(lambda: browser.check("document.querySelectorAll('#oee-stops button.reason').length >= 6"),
+             timeout=10, message="the reasons to pick from")
+    browser.evaluate("document.getElementById('oee-section').scrollIntoView()")
+    browser.screenshot(pages.ARTIFACTS / f"oee-{language}.png")
+
+
 def test_production_charts_and_timeline_draw_the_history_and_follow_events(served, writable, browser, events):
     now = datetime.now(UTC)
     seed_history(writable, now)
     seed_alarms(writable, now)
+    seed_line_states(writable, now)
     job_id = seed_live_job(writable, now)
     pages.open_page(browser, served, OPERATOR)
     wait_for(lambda: browser.check(
@@ -176,3 +225,4 @@ def test_production_charts_and_timeline_draw_the_history_and_follow_events(serve
     pages.wait_for_the_8_hours(browser)
     browser.call("Emulation.setDeviceMetricsOverride", width=1400, height=2400, deviceScaleFactor=1, mobile=False)
     browser.screenshot(pages.ARTIFACTS / "operator-views.png")
+    check_the_shift_oee(browser, served)
