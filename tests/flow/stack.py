@@ -200,7 +200,8 @@ class Floor(Line):
             task = task and {"kind": task.kind, "params": task.params, "equipmentId": task.equipment_id,
                              "slotNo": task.slot_no}
             choice = answer_for({"kind": question.kind, "equipmentId": question.equipment_id,
-                                 "context": question.context}, task, self.hardware.plc_state())
+                                 "context": question.context, "facts": question.facts}, task,
+                                self.hardware.plc_state())
             assert self.answer({"id": question.id}, choice).status_code == 200
 
     def wait_finished(self, order_id, timeout=90.0, recovery=False):

@@ -72,7 +72,7 @@ def answer_recovery(engine, controller, hw) -> None:
     """The stop for the upgrade may have cut an action short: answer the start-up
     checks' questions from the cell, as tests/ops/operator.py does over HTTP."""
     with engine.connect() as c:
-        actions = c.execute(text("SELECT id, kind, equipment_id, context FROM manual_action "
+        actions = c.execute(text("SELECT id, kind, equipment_id, context, facts FROM manual_action "
                                  "WHERE status = 'OPEN' AND kind LIKE 'RECOVERY%'")).fetchall()
         if not actions:
             return
@@ -84,7 +84,8 @@ def answer_recovery(engine, controller, hw) -> None:
             task = task_id and c.execute(text("SELECT kind, params, equipment_id AS \"equipmentId\", "
                                               "slot_no AS \"slotNo\" FROM task WHERE id = :t"),
                                          {"t": task_id}).mappings().first()
-            choice = answer_for({"kind": a.kind, "equipmentId": a.equipment_id, "context": a.context},
+            choice = answer_for({"kind": a.kind, "equipmentId": a.equipment_id, "context": a.context,
+                                 "facts": a.facts},
                                 dict(task) if task else None, plc)
             controller.command("ResolveManualAction", {"manualActionId": a.id, "resolution": choice},
                                "upgrade-drill", wait_seconds=30)
