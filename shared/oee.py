@@ -19,6 +19,7 @@ within the item's shift time. Every item carries these inputs."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -180,7 +181,11 @@ def oee_items(conn, calendar: Calendar, ideals: dict[str, float | None], start: 
     stretches = read_stretches(conn, start, end, now, down_only=True)
     planned = read_planned(conn, start, end)
     output = read_output(conn, [(n, s) for n, p in enumerate(items) for s in p.scheduled])
-    return [figures(p, stretches, planned, output.get(n, {}), ideals, microstop_seconds)
+    # Stretches do not overlap, so in start order their ends are in order too: each
+    # period looks only at those that reach into it.
+    starts, ends = [s.start for s in stretches], [s.end for s in stretches]
+    return [figures(p, stretches[bisect_right(ends, p.start):bisect_left(starts, p.end)], planned,
+                    output.get(n, {}), ideals, microstop_seconds)
             for n, p in enumerate(items)]
 
 

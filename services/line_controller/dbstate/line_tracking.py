@@ -14,7 +14,8 @@ the open stretch and opens the next at the transaction's time, and is the event
 A controller that was away: every loop transaction (a tick each second when
 idle) stamps the open stretch's ``seen_at``; when the loop starts, a stretch left
 open RUNNING or DOWN means an order was running when it went: ``DOWN`` with
-cause ``CONTROLLER_DOWN`` from that ``seen_at`` until now."""
+cause ``CONTROLLER_DOWN`` from that ``seen_at`` until now (a gap of less than
+``CONTROLLER_AWAY_SECONDS`` is a restart's and records nothing)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from shared import serialize
 from .base import Rejected, StateBase
 
 CONTROLLER_DOWN = "CONTROLLER_DOWN"
+# An idle loop stamps the open stretch every second (its tick): a gap shorter than
+# this is a restart's, not an outage (nothing to tell it from the loop's own pace).
+CONTROLLER_AWAY_SECONDS = 3.0
 _STRETCH = "id, state, cause, equipment_id, started_at, ended_at, seen_at, reason_code, comment, " \
            "assigned_by, assigned_at, split_from"
 
@@ -80,7 +84,8 @@ class LineTracking(StateBase):
         running) becomes a ``CONTROLLER_DOWN`` stop from when the loop was last seen.
         True when one was recorded (the transaction then has events to close)."""
         gone = self._one("SELECT id, state, cause, seen_at FROM line_state_interval WHERE ended_at IS NULL")
-        if gone is None or gone.state == "IDLE" or gone.cause == CONTROLLER_DOWN or gone.seen_at >= self.now:
+        if gone is None or gone.state == "IDLE" or gone.cause == CONTROLLER_DOWN \
+                or (self.now - gone.seen_at).total_seconds() < CONTROLLER_AWAY_SECONDS:
             return False
         self._all("UPDATE line_state_interval SET ended_at = seen_at WHERE id = :id RETURNING id", id=gone.id)
         row = self._one("INSERT INTO line_state_interval (state, cause, started_at, seen_at) "
