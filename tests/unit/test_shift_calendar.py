@@ -107,3 +107,21 @@ def test_a_wrong_calendar_stops_with_one_line_naming_it(tmp_path, text, named):
         load_plant(tmp_path / "plant.yaml")
     message = str(caught.value)
     assert named in message and "\n" not in message
+
+
+def test_the_figures_of_a_9_hour_night_over_the_autumn_change():
+    """The figures of the night of 25-26 October 2025 in Berlin (9 hours): by hand,
+    shift 32 400 s, its 20-minute break planned: PBT 31 200 s; one stop of 10 min:
+    APT 30 600 s; 500 pieces of 60 s ideal, 490 good."""
+    from shared.oee import Stretch, figures, periods
+
+    cal = parse_calendar(BERLIN, "plant.yaml")
+    (night,) = [p for p in periods(cal, utc(2025, 10, 25, 20), utc(2025, 10, 26, 5), "shift") if p.shift == "night"]
+    stop = Stretch(1, "DOWN", "ESTOP", None, utc(2025, 10, 25, 23), utc(2025, 10, 25, 23, 10), False,
+                   None, None, None, None, None)
+    item = figures(night, [stop], [], {"SHAFT-B": [490, 10]}, {"SHAFT-B": 60.0}, 30.0)
+    assert (item["shiftSeconds"], item["plannedDowntimeSeconds"], item["downSeconds"]) == (32400, 1200, 600)
+    assert (item["plannedBusySeconds"], item["actualProductionSeconds"]) == (31200, 30600)
+    assert item["availability"] == pytest.approx(30600 / 31200, abs=1e-6)
+    assert item["performance"] == pytest.approx(500 * 60 / 30600, abs=1e-6)
+    assert item["oee"] == pytest.approx(30600 / 31200 * 30000 / 30600 * 0.98, abs=1e-6)
