@@ -150,6 +150,9 @@ class LoopHandle:
     def inbox_empty(self) -> bool:
         return self._loop.inbox.qsize() == 0
 
+    def tick_due(self) -> bool:
+        return self._loop.tick_due()
+
     def accepted_by_other_than(self, instance_id: str) -> list[str]:
         """The tasks a hardware instance other than ``instance_id`` accepted."""
         return self._loop.hardware.accepted_by_other_than(instance_id)

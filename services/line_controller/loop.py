@@ -86,6 +86,11 @@ class EventLoop:
         self.edges_seen: dict[str, datetime] = {}  # the last PLC link and robot edges applied (HandlerContext)
         self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
+        # An idle line's ticks do not touch the database: after a tick that found nothing
+        # to do on an IDLE line, the next one is due only when a timer is (a shelf's end,
+        # a task's deadline; None: never) or once any other message came in.
+        self._quiet = False
+        self._quiet_until: datetime | None = None
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -180,8 +185,17 @@ class EventLoop:
         return pending
 
     def _enqueue(self, msg):
+        if msg.type != "ScheduleTick":
+            self._quiet = False  # something may change: the next tick looks again
         self._waiting.append(time.monotonic())
         self.inbox.put(msg)
+
+    def tick_due(self) -> bool:
+        """Whether a ``ScheduleTick`` has anything to look at now (see ``_quiet``)."""
+        if not self._quiet:
+            return True
+        now = self.uow.clock() if self.uow.clock else datetime.now(UTC)
+        return self._quiet_until is not None and now >= self._quiet_until
 
     # -- the consumer -----------------------------------------------------------------------
 
@@ -214,6 +228,8 @@ class EventLoop:
     def handle(self, msg: m.EventLoopMessage) -> Outcome:
         """Handle one message to completion (also callable directly, serially, by tests)."""
         record = msg.type not in UNRECORDED
+        tick = msg.type == "ScheduleTick"
+        self._quiet = self._quiet and tick  # (also when handed in directly, not enqueued)
         try:
             body = msg.parse()
         except m.ValidationError as exc:
@@ -224,6 +240,7 @@ class EventLoop:
                                      heard_since=self.heard_since, edges_seen=self.edges_seen,
                                      recovering=self.recovering or self.uow.database_was_away)
                 result = HANDLERS[type(body)](body, ctx)
+                idle, due = work.db.idle_until() if tick else (False, None)
                 status = ctx.outcome or "HANDLED"
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
                 work.close(msg if record else None, status=status, result=result, audit=audit)
@@ -247,11 +264,15 @@ class EventLoop:
             self._enqueue(follow_up)
         self.outage_recheck.after(msg)
         try:
-            self.schedule()
+            chose = self.schedule()
         except Exception as exc:  # the message is committed: its outcome stands
             self.uow.database_was_away |= database_away(exc)
             log.exception("scheduling round after %s (%s) failed; the next tick retries",
                           msg.id, msg.type)
+            chose = True
+        if tick and idle and not chose and not work.frames and not ctx.follow_ups and not ctx.requests \
+                and not self.uow.database_was_away and self.inbox.qsize() == 0:
+            self._quiet, self._quiet_until = True, due  # nothing to do until a message or a timer
         return Outcome(msg.id, status, result)
 
     def _keep_loop_state(self, body, result: dict | None, status: str) -> None:
@@ -357,12 +378,13 @@ class EventLoop:
         """The PLC is away or the robot is stopped: the line waits for it."""
         return self.plc_away or self.robot_stopped
 
-    def schedule(self) -> None:
+    def schedule(self) -> bool:
         """Read a snapshot, let the scheduler choose, apply the chosen actions, all
         in one transaction; a failed condition drops the whole round (the next
-        round re-plans from the state as it is). None before the recovery check."""
+        round re-plans from the state as it is). None before the recovery check.
+        True when the round changed something or was dropped (the next one may differ)."""
         if self.scheduler is None or self.recovering or self.hardware_away or self.cell_stopped:
-            return
+            return False
         requests: list[HardwareRequest] = []
         try:
             with self.uow.begin() as work:
@@ -373,7 +395,8 @@ class EventLoop:
                     work.close(None, status="HANDLED")
         except Rejected as exc:
             log.warning("scheduling round dropped: %s", exc.message)
-            return
+            return True
         if work.closed:
             self._publish(work)
             self._send(requests)
+        return work.closed

@@ -116,7 +116,8 @@ class LineControllerEntrypoints:
 
     @timer(interval=1.0)
     def tick(self):
-        if self.loop.inbox_empty():
+        # An idle line's tick costs nothing: no message while nothing is due (EventLoop.tick_due).
+        if self.loop.inbox_empty() and self.loop.tick_due():
             self.loop.submit(new_message("ScheduleTick"))
 
     def _feed(self, type_, payload):

@@ -108,7 +108,7 @@ def write_plant(directory: Path, count: int) -> tuple[Path, list[Line]]:
     return plant_file, lines
 
 
-def fresh_database(base_url: str, name: str) -> str:
+def fresh_database(base_url: str, name: str, statements: bool = False) -> str:
     engine = make_engine(base_url, pool_size=1)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
@@ -116,7 +116,39 @@ def fresh_database(base_url: str, name: str) -> str:
     engine.dispose()
     url = base_url.rsplit("/", 1)[0] + f"/{name}"
     upgrade(url)
+    if statements:
+        engine = make_engine(url, pool_size=1)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        engine.dispose()
     return url
+
+
+# --statements: what ran in a window, from pg_stat_statements (every statement of a
+# multi-statement string counted on its own; BEGIN/COMMIT too). The bench's own
+# (its counters and progress reads) are left out.
+STATEMENTS_SQL = r"""
+SELECT calls, total_exec_time, regexp_replace(left(query, 150), '\s+', ' ', 'g') AS query
+FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+WHERE d.datname = :d AND query !~ 'pg_stat_database|pg_stat_statements|pg_snapshot_xmax|UNION ALL SELECT 1 AS i'
+  AND query !~* '^(SHOW|SELECT sum\(fsyncs|SELECT wal_sync)'
+ORDER BY calls DESC, total_exec_time DESC
+"""
+
+
+def statements(engine, database: str, reset: bool = True) -> list:
+    with engine.connect() as conn:
+        rows = conn.execute(text(STATEMENTS_SQL), {"d": database}).all()
+        if reset:
+            conn.execute(text("SELECT pg_stat_statements_reset()"))
+            conn.commit()
+    return rows
+
+
+def print_statements(title: str, rows: list, per: float, unit: str, top: int = 40) -> None:
+    print(f"\n{title}: calls and exec ms per {unit} (pg_stat_statements)")
+    for row in rows[:top]:
+        print(f"  {row.calls / per:9.2f} {row.total_exec_time / per:8.3f}  {row.query}")
 
 
 def start_processes(url: str, amqp: str, plant_file: Path, lines: list[Line], args, logs: Path) -> list:
@@ -302,14 +334,21 @@ def measure(server, url: str, amqp: str, lines: list[Line], procs: list, args) -
                 line.order_id = order["result"]["id"]
             meter = Meter(server, engine, database, procs)
             eventlet.sleep(args.settle_seconds)  # the start-up's statistics flushed
+            if args.statements:
+                statements(engine, database)
             idle_start = meter.sample()
             eventlet.sleep(args.idle_seconds)
             before = meter.sample()
             idle = delta(before, idle_start)
+            if args.statements:
+                print_statements("idle", statements(engine, database), idle["wall"] * len(lines), "line-second")
             run_orders(rpc, engine, lines, 120 + args.pieces * 3000 / args.speed * len(lines), procs)
             run_cpu = delta(meter.cpu(), before)
             eventlet.sleep(args.settle_seconds)
             counted = delta(meter.counters(), before)
+            if args.statements:
+                print_statements("run (with the settle's idle)", statements(engine, database, reset=False),
+                                 args.pieces * len(lines), "piece")
         per_second = {k: idle[k] / idle["wall"] for k in ("pg", "services", "commits", "xids", "syncs")}
         run = {**run_cpu, **{k: counted[k] - per_second[k] * args.settle_seconds
                              for k in ("commits", "xids", "syncs")}}
@@ -321,7 +360,7 @@ def measure(server, url: str, amqp: str, lines: list[Line], procs: list, args) -
 
 def run_plant(server, base_url: str, count: int, args, tmp: Path) -> dict:
     plant_file, lines = write_plant(tmp / f"plant-{count}", count)
-    url = fresh_database(base_url, f"plant_{count}")
+    url = fresh_database(base_url, f"plant_{count}", args.statements)
     engine = make_engine(url, pool_size=1)
     with engine.begin() as conn:
         placed = register_lines(conn, [line.id for line in lines], default=lines[0].id)
@@ -363,6 +402,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settle-seconds", type=float, default=12.0)
     ap.add_argument("--transport", choices=("pgsql", "amqp"), default="pgsql",
                     help="amqp: RabbitMQ on 127.0.0.1:5672 (a private vhost) or LINECTL_BENCH_AMQP_URI")
+    ap.add_argument("--statements", action="store_true",
+                    help="also list the statements PostgreSQL ran, idle and per piece (pg_stat_statements)")
     args = ap.parse_args(argv)
     sizes = [int(n) for n in args.lines.split(",") if n]
     # py-amqp warns of every late frame when the bench's RPC client closes (--transport amqp).
@@ -374,6 +415,8 @@ def main(argv=None) -> int:
             engine = make_engine(base, pool_size=1)
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(text("ALTER SYSTEM SET track_commit_timestamp = on"))
+                if args.statements:
+                    conn.execute(text("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"))
             engine.dispose()
             server.restart()  # track_commit_timestamp takes a restart
             ceil = commit_ceiling(base)
