@@ -86,11 +86,9 @@ class EventLoop:
         self.edges_seen: dict[str, datetime] = {}  # the last PLC link and robot edges applied (HandlerContext)
         self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
-        # An idle line's ticks do not touch the database: after a tick that found nothing
-        # to do on an IDLE line, the next one is due only when a timer is (a shelf's end,
-        # a task's deadline; None: never) or once any other message came in.
-        self._quiet = False
-        self._quiet_until: datetime | None = None
+        # An idle line's ticks do not touch the database (tick_due): after a tick that found
+        # nothing to do on an IDLE line, none until a message or a timer (None: no timer).
+        self._quiet, self._quiet_until = False, None
 
     # -- life cycle -----------------------------------------------------------------------
 
