@@ -263,11 +263,11 @@ def test_a_durable_publish_that_fails_in_its_transaction_leaves_the_channel_usab
 
 
 def test_a_durable_publish_asks_for_its_flush_and_a_transient_one_does_not(pgsql_url):
-    # The rows and their wake-up commit without waiting (a consumer may take the
-    # message at once, as with RabbitMQ); the round trip ends in a transaction that
-    # writes a WAL record of its own and commits with synchronous_commit on, so the
-    # publish returns only once the rows are flushed too. Not for a non-durable queue.
-    from shared.transport.pgsql.sql import PUBLISH_DURABLE_SQL
+    # The rows and their wake-up commit together without waiting (a consumer may take
+    # the message at once, as with RabbitMQ); only for a durable queue does a second
+    # transaction follow that writes a WAL record of its own and commits with
+    # synchronous_commit on, so the publish returns only once the rows are flushed too.
+    from shared.transport.pgsql.sql import PUBLISH_ROWS, SETTLE
 
     durable = Queue(f"durable-{uuid.uuid4().hex[:8]}", Exchange("durable-z", "direct"),
                     routing_key="d", durable=True)
@@ -280,12 +280,13 @@ def test_a_durable_publish_asks_for_its_flush_and_a_transient_one_does_not(pgsql
         payload = '{"body": "{}", "properties": {}}'
 
         def publish(key, persistent):
-            ((routed, commit, flush_record),) = channel._query(
-                PUBLISH_DURABLE_SQL, ("durable-z", key, payload, None, persistent))
-            return routed, commit, flush_record
+            ((routed, must_flush),) = channel._query(PUBLISH_ROWS.call, ("durable-z", key, payload, None, persistent))
+            return routed, must_flush
 
-        routed, commit, flush_record = publish("d", True)
-        assert (routed, commit) == (1, "on") and flush_record is not None
-        assert publish("p", True) == (1, "off", None)
-        assert publish("d", False) == (1, "off", None)  # not persistent
+        assert publish("d", True) == (1, True)
+        assert publish("p", True) == (1, False)
+        assert publish("d", False) == (1, False)  # not persistent
+        assert publish("nowhere", True) == (0, False)
+        ((commit, flush_record),) = channel._query(SETTLE.call)
+        assert commit == "on" and flush_record is not None
         assert channel._query("SHOW synchronous_commit") == [("off",)]  # the session's own, unchanged

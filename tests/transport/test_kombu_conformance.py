@@ -1,12 +1,14 @@
 """kombu-level behaviour of pgsql:// on a real PostgreSQL, with real peer processes."""
 
 import json
+import time
 
 import psycopg2
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 from kombu.exceptions import ChannelError
 
+from shared.transport.pgsql.channel import ACK_DELAY_SECONDS
 from tests.support.waiting import wait_for
 
 FAST_SWEEP = {"polling_interval": 0.2}
@@ -53,10 +55,17 @@ def test_publish_consume_ack_deletes_the_row_and_keeps_amqp_properties(pgsql_url
             assert message.delivery_info["redelivered"] is False
             assert rows(db_url, "SELECT count(*) FROM mq_message WHERE lease_pid IS NOT NULL") == [(1,)]
             message.ack()
-            # The DELETE rides on the next claim or runs before the drain loop sleeps.
+            # The DELETE rides on the next claim, or runs ACK_DELAY_SECONDS after the ack
+            # when none came first (issue 55: most acks cost no statement of their own).
+            Producer(conn).publish({"n": 2}, exchange=exchange, routing_key="new")
+            drain_until(conn, received, 2)
+            assert rows(db_url, "SELECT count(*) FROM mq_message") == [(1,)]  # the first went with that claim
+            received[1][1].ack()
+            started = time.monotonic()
             with pytest.raises(TimeoutError):
-                conn.drain_events(timeout=0.2)
+                conn.drain_events(timeout=ACK_DELAY_SECONDS + 0.5)
             assert rows(db_url, "SELECT count(*) FROM mq_message") == [(0,)]
+            assert time.monotonic() - started < ACK_DELAY_SECONDS + 1.0
 
 
 def test_reject_with_requeue_redelivers_and_without_drops(pgsql_url, db_url):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from time import monotonic
 
 import psycopg2
 import psycopg2.errors
@@ -15,6 +16,7 @@ from kombu.transport.virtual.base import queue_declare_ok_t
 from psycopg2 import errorcodes
 from psycopg2.extensions import TRANSACTION_STATUS_INERROR
 
+from .settling import Message, QoS
 from .sql import (
     CANCEL_SQL,
     CLAIM,
@@ -22,8 +24,10 @@ from .sql import (
     LIVE_CONSUMER,
     PREPARED,
     PUBLISH,
-    PUBLISH_DURABLE_SQL,
+    PUBLISH_ROWS,
     RELEASE,
+    SETTLE,
+    SWEEP_DUE_SQL,
     SWEEP_SQL,
     TAKE,
     topic_pattern,
@@ -33,62 +37,11 @@ from .sql import (
 log = logging.getLogger(__name__)
 
 NOTIFY_PAYLOAD_MAX = 7999
-
-
-class Message(virtual.Message):
-    """A delivered message, with its properties shaped as pyamqp's."""
-
-    def __init__(self, payload, channel=None, **kwargs):
-        super().__init__(payload, channel=channel, **kwargs)
-        self.row_id = payload.get("row_id")
-        props = self.properties
-        props["content_type"] = self.content_type
-        props["content_encoding"] = self.content_encoding
-        props["application_headers"] = self.headers
-
-
-class QoS(virtual.QoS):
-    """Prefetch bookkeeping; ack deletes the row, requeue clears its lease.
-
-    A direct reply has no row (``row_id`` None): settling it changes nothing,
-    and a requeue of one is a drop, as with RabbitMQ's direct reply-to.
-    """
-
-    def ack(self, delivery_tag):
-        message = self._delivered.get(delivery_tag)
-        if message is not None and delivery_tag not in self._dirty and message.row_id is not None:
-            self.channel._ack_later(message.row_id)
-        super().ack(delivery_tag)
-        self.channel._room_made()
-
-    def reject(self, delivery_tag, requeue=False):
-        message = self._delivered.get(delivery_tag)
-        if message is not None and delivery_tag not in self._dirty and message.row_id is not None:
-            try:
-                if requeue:
-                    self.channel._release_rows([message.row_id])
-                else:
-                    self.channel._delete_rows([message.row_id])
-            except psycopg2.Error as exc:
-                # The session is gone (a restart, a failover): its claim ended with it,
-                # and the sweep hands the message out again, as a broker reclaims the
-                # unacked messages of a lost connection. A consumer (nameko's) must not
-                # die of it.
-                log.warning("settling message %s on a lost session (%s): it is redelivered",
-                            message.row_id, type(exc).__name__)
-        self._quick_ack(delivery_tag)
-        self.channel._room_made()
-
-    def restore_unacked(self):
-        self._flush()
-        ids = [message.row_id for message in self._delivered.values() if message.row_id is not None]
-        self._delivered.clear()
-        if ids:
-            try:
-                self.channel._release_rows(ids)
-            except psycopg2.Error as exc:  # the session is gone, its claims with it: the sweep redelivers
-                log.info("%d unacked message(s) left to the sweep (%s)", len(ids), type(exc).__name__)
-        return []
+# An acked row is deleted by the channel's next claim, or this long after the ack
+# when no claim came first: at a cell's pace most deletes ride on a claim. Until
+# then the row stays leased to this live backend; if the process dies meanwhile,
+# the message is delivered again (at-least-once, as an ack lost with its connection).
+ACK_DELAY_SECONDS = 1.0
 
 
 class Channel(virtual.Channel):
@@ -109,6 +62,7 @@ class Channel(virtual.Channel):
         # Until then the row stays leased to this live backend; if the process
         # dies first, the message is redelivered (at-least-once).
         self._acked = []
+        self._acked_at = 0.0  # monotonic time of the oldest ack in _acked
         self._conn = connection.connect_db()
         # Prepared once per connection, in the same round trip as the lease lookup.
         (self._backend,) = self._query(
@@ -139,7 +93,7 @@ class Channel(virtual.Channel):
                 return cur.fetchall() if cur.description else None
 
     def _end_failed_block(self):
-        # A statement that failed inside an explicit block (PUBLISH_DURABLE_SQL) leaves
+        # A statement that failed inside an explicit block leaves
         # it aborted; the session is autocommit and must be usable for the next one.
         conn = self._conn
         if not conn.closed and conn.get_transaction_status() == TRANSACTION_STATUS_INERROR:
@@ -274,7 +228,11 @@ class Channel(virtual.Channel):
         params = (exchange or "", routing_key or "", payload,
                   int(expiration) if expiration is not None else None, persistent)
         if persistent and not reply:
-            ((routed, _, _),) = self._query(PUBLISH_DURABLE_SQL, params)
+            # Rows and wake-ups commit at once; then, for a durable queue, the flush is
+            # waited for in a transaction of its own (sql.PUBLISH_ROWS says why).
+            ((routed, must_flush),) = self._query(PUBLISH_ROWS.call, params)
+            if must_flush:
+                self._query(SETTLE.call)
         else:
             ((routed, _),) = self._query(PUBLISH.call, (*params, direct))
         if not routed and mandatory:
@@ -355,7 +313,13 @@ class Channel(virtual.Channel):
 
     def _ack_later(self, row_id):
         with self._lock:
+            if not self._acked:
+                self._acked_at = monotonic()
             self._acked.append(row_id)
+
+    def acks_due(self) -> float | None:
+        """When the acks not yet deleted must be (None: there are none)."""
+        return self._acked_at + ACK_DELAY_SECONDS if self._acked else None
 
     def flush_acks(self):
         with self._lock:
@@ -378,7 +342,11 @@ class Channel(virtual.Channel):
             self._release_rows([message.row_id])
 
     def sweep(self, max_deliveries):
-        self._query(SWEEP_SQL, {"max_deliveries": max_deliveries})
+        """The plant's look for what the dead left (tells every listener it was done);
+        the sweep itself only when something is due."""
+        ((_, due),) = self._query(SWEEP_DUE_SQL)
+        if due:
+            self._query(SWEEP_SQL, {"max_deliveries": max_deliveries})
 
     def close(self):
         if self.closed or self._conn is None:

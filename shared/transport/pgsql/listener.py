@@ -29,7 +29,7 @@ import time
 
 import psycopg2
 
-from .sql import MOVE_LISTENER_SQL, REGISTER_LISTENER_SQL, direct_channel, notify_channel
+from .sql import MOVE_LISTENER_SQL, REGISTER_LISTENER_SQL, SWEPT_CHANNEL, direct_channel, notify_channel
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,11 @@ class NotifyListener:
 
     # -- subscriptions (any thread) ----------------------------------------------
 
-    def subscribe(self, transport, queue: str, consumer=None) -> None:
+    def subscribe(self, transport, queue: str, consumer=None) -> bool:
         """Wake ``transport`` for ``queue``; ``consumer`` (queue, channel backend pid,
         tag) also takes its direct replies here. Returns once this connection
-        LISTENs (or, if it cannot now, once the sweep is what wakes the queue)."""
+        LISTENs (True), or, if it cannot now, False: the transport then looks at the
+        queue each polling interval until the listener's next connection."""
         with self._lock:
             new = queue not in self._subscribers
             if new:
@@ -104,7 +105,8 @@ class NotifyListener:
             statements.append(REGISTER_LISTENER_SQL)
             params = ([consumer[0]], [consumer[1]], [consumer[2]])
         if statements:
-            self._call("; ".join(statements), params, wait=True)
+            return self._call("; ".join(statements), params, wait=True)
+        return True
 
     def unsubscribe(self, transport, queue: str) -> None:
         with self._lock:
@@ -151,12 +153,15 @@ class NotifyListener:
             self._requests.append((sql, params, done, box))
         self._poke()
         if not wait:
-            return
+            return True
         if not done.wait(CALL_TIMEOUT):
             log.warning("pgsql:// listener is not connected; queues wait for the sweep")
         elif "error" in box:
             log.warning("pgsql:// listener could not LISTEN (%r); queues wait for the sweep",
                         box["error"])
+        else:
+            return True
+        return False
 
     def _poke(self, stopping=False):
         with self._lock:
@@ -249,7 +254,7 @@ class NotifyListener:
         self._close_conn()
         self._open()
         with self._lock:
-            channels = [*self._wake_channels, *self._direct_channels]
+            channels = [SWEPT_CHANNEL, *self._wake_channels, *self._direct_channels]
             # Its own LISTENs are covered below.
             self._requests = [r for r in self._requests if not r[0].startswith("UNLISTEN")]
         with self._conn.cursor() as cur:
@@ -257,6 +262,10 @@ class NotifyListener:
                 cur.execute("; ".join(f"LISTEN {c}" for c in channels))
             if old is not None:
                 cur.execute(MOVE_LISTENER_SQL, old)
+        with self._instances_lock:
+            users = list(self._users)
+        for transport in users:
+            transport._heard_again()
         with self._lock:  # (under the lock: a transport that unsubscribed is never woken)
             for queue, transports in self._subscribers.items():
                 for transport in transports:
@@ -285,6 +294,11 @@ class NotifyListener:
             return
         notes = list(conn.notifies)
         conn.notifies.clear()
+        if any(note.channel == SWEPT_CHANNEL for note in notes):
+            with self._instances_lock:
+                users = list(self._users)
+            for transport in users:
+                transport._swept()
         with self._lock:
             for note in notes:
                 queue = self._wake_channels.get(note.channel)

@@ -136,53 +136,42 @@ SELECT (SELECT count(*) FROM notified),
 # A persistent message that is no reply (an RPC request, an event) is confirmed
 # only once its WAL is flushed, as RabbitMQ confirms a persistent message only
 # once it is on disk; and, as with RabbitMQ, a consumer may have it before that.
-# One round trip, three transactions (PUBLISH_DURABLE_SQL):
-#   1. the rows, committed without waiting for the flush;
-#   2. their wake-ups (NOTIFY), committed at once: consumers take the message now;
-#   3. SETTLE: when a target queue is durable, a transaction whose commit waits
-#      for the WAL to be flushed up to its own commit, and so past the rows'.
+# Two transactions, and the second only when a target queue is durable:
+#   1. PUBLISH_ROWS: the rows and their wake-ups (NOTIFY), committed without waiting
+#      for the flush: consumers take the message now; it answers whether to wait;
+#   2. SETTLE: a transaction whose commit waits for the WAL to be flushed up to its
+#      own commit, and so past the rows'.
 # The flush is thus off the path from publisher to consumer, and no NOTIFYing
 # commit waits for one: PostgreSQL holds the lock that serialises every NOTIFYing
 # commit of the cluster through that commit's flush, so with rows, wake-up and
 # flush in one transaction each publisher and each direct reply queued behind
-# another's flush and no two flushes could be shared. The queues to wake, and
-# whether to wait, pass between the three in session settings. A crash before
-# the flush loses rows a consumer may have taken, and the publisher gets an error,
-# not a confirm: a publish that returned is durable. A wake-up lost between 1 and
-# 2 (the session dies) delays the message to the next fallback poll, never loses it.
-# Parameters as PUBLISH's first five.
+# another's flush and no two flushes could be shared. A crash before the flush
+# loses rows a consumer may have taken, and the publisher gets an error, not a
+# confirm: a publish that returned is durable. (Rows and wake-ups commit together:
+# no wake-up can be lost between them.) Parameters as PUBLISH's first five;
+# answers (queues routed to, whether to SETTLE).
 PUBLISH_ROWS = Prepared("mq_publish_rows", PUBLISH.types[:5], f"""
 WITH {ROUTE},
 sent AS (
     INSERT INTO mq_message (queue, payload, expires_at)
     SELECT queue, $3, now() + $4 * interval '1 millisecond' FROM targets
     RETURNING queue
+),
+notified AS (
+    SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM sent) s
 )
-SELECT set_config('mq.wake', coalesce(array_agg(DISTINCT sent.queue)::text, '{{}}'), false),
-       set_config('mq.flush', {MUST_FLUSH}, false)
-FROM sent JOIN mq_queue q ON q.name = sent.queue
+SELECT (SELECT count(*) FROM notified),
+       coalesce((SELECT {MUST_FLUSH} FROM sent JOIN mq_queue q ON q.name = sent.queue) = 'on', false)
 """)
 
-# Wakes the queues PUBLISH_ROWS filled.
-WAKE = Prepared("mq_wake", (), """
-SELECT count(pg_notify('mq_' || md5(q), q)) FROM unnest(current_setting('mq.wake')::text[]) q
-""")
-
-# How many queues the message went to (0: no route). When it must be durable,
-# this transaction writes a WAL record of its own (an empty transactional logical
+# This transaction writes a WAL record of its own (an empty transactional logical
 # message: any role may, at any wal_level) and commits with synchronous_commit on,
 # so its commit waits until the WAL is flushed through its own record, and so
 # through the rows'. (An xid alone would not do: a commit that wrote no WAL
-# before its commit record never waits.) It runs last in the round trip, in the
-# implicit transaction that ends with it, before the server answers.
+# before its commit record never waits.)
 SETTLE = Prepared("mq_settle", (), """
-SELECT cardinality(current_setting('mq.wake')::text[]),
-       set_config('synchronous_commit', current_setting('mq.flush'), true),
-       CASE WHEN current_setting('mq.flush') = 'on'
-            THEN pg_logical_emit_message(true, 'linectl.mq.flush', '') END
+SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'linectl.mq.flush', '')
 """)
-
-PUBLISH_DURABLE_SQL = f"BEGIN; {PUBLISH_ROWS.call}; COMMIT; BEGIN; {WAKE.call}; COMMIT; {SETTLE.call}"
 
 # Deletes the rows acked since the last claim in the same statement.
 # $1 lease pid, $2 lease backend start, $3 queues, $4 limit, $5 acked row ids.
@@ -222,7 +211,7 @@ WITH freed AS (
 SELECT pg_notify('mq_' || md5(queue), queue) FROM (SELECT DISTINCT queue FROM freed) f
 """)
 
-PREPARED = (PUBLISH, PUBLISH_ROWS, WAKE, SETTLE, CLAIM, TAKE, DELETE, RELEASE)
+PREPARED = (PUBLISH, PUBLISH_ROWS, SETTLE, CLAIM, TAKE, DELETE, RELEASE)
 
 # Run on the listening connection once it LISTENs: its backend takes these
 # consumers' direct replies. %s: queues, channel backend pids, consumer tags.
@@ -284,6 +273,25 @@ WHERE (q.exclusive AND NOT EXISTS ({LIVE.format(pid="q.owner_pid", started="q.ow
    OR (q.expires_ms IS NOT NULL AND q.idle_since + q.expires_ms * interval '1 millisecond' < now()
        AND NOT EXISTS (SELECT 1 FROM mq_consumer c WHERE c.queue = q.name));
 DELETE FROM mq_message WHERE expires_at < now() AND lease_pid IS NULL;
+"""
+
+# The plant's one look each polling interval, cheap when nothing is due: is a
+# lease, consumer or exclusive queue of a backend that has gone (each backend
+# looked up once), an x-expires queue past its time, or a message expired? Only
+# then does SWEEP_SQL run. It tells every process's listener (SWEPT_CHANNEL) that
+# the plant was just looked at, so their transports put their own look off: one
+# look per interval for the whole plant, not one per consumer.
+SWEPT_CHANNEL = "mq_swept"
+SWEEP_DUE_SQL = f"""
+SELECT pg_notify('{SWEPT_CHANNEL}', ''),
+  EXISTS (SELECT 1 FROM (SELECT lease_pid, lease_started FROM mq_message WHERE lease_pid IS NOT NULL
+                         UNION SELECT backend_pid, backend_started FROM mq_consumer
+                         UNION SELECT owner_pid, owner_started FROM mq_queue WHERE exclusive) b(pid, started)
+          WHERE mq_backend_started(b.pid) IS DISTINCT FROM b.started)
+  OR EXISTS (SELECT 1 FROM mq_queue q WHERE q.expires_ms IS NOT NULL
+             AND q.idle_since + q.expires_ms * interval '1 millisecond' < now()
+             AND NOT EXISTS (SELECT 1 FROM mq_consumer c WHERE c.queue = q.name))
+  OR EXISTS (SELECT 1 FROM mq_message WHERE expires_at < now() AND lease_pid IS NULL)
 """
 
 CANCEL_SQL = """

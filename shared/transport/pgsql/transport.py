@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import weakref
 from collections import deque
@@ -98,6 +99,9 @@ class Transport(virtual.Transport):
         self._dirty_lock = threading.Lock()
         self._wakeup = threading.Event()  # set by the listener, an ack, a consume
         self._next_sweep = 0.0
+        # A queue whose LISTEN could not be confirmed is looked at each polling interval
+        # (its wake-ups may not come); every other wakes by push alone.
+        self._unheard = set()
         self._stopping = _process_stopping.is_set()
         with _live_lock:
             _live_transports.add(self)
@@ -152,10 +156,12 @@ class Transport(virtual.Transport):
             self._losses_seen = self._listener.losses
         self._consuming[queue] = channel
         consumer = (queue, channel._backend[0], str(consumer_tag)) if self.direct_replies else None
-        self._listener.subscribe(self, queue, consumer)
+        if not self._listener.subscribe(self, queue, consumer):
+            self._unheard.add(queue)
         self._notified(queue)  # what is already there
 
     def _unlisten(self, queue):
+        self._unheard.discard(queue)
         self._consuming.pop(queue, None)
         if self._listener is not None:
             self._listener.unsubscribe(self, queue)
@@ -164,6 +170,18 @@ class Transport(virtual.Transport):
         with self._dirty_lock:
             self._dirty.add(queue)
         self._wake()
+
+    def _heard_again(self):
+        """The listener (re)connected and LISTENs for every queue: no fallback polls."""
+        self._unheard.clear()
+
+    def _swept(self):
+        """Some process of the plant just swept: this transport's own sweep waits."""
+        self._next_sweep = monotonic() + self._sweep_interval()
+
+    def _sweep_interval(self):
+        # Spread: whichever transport of the plant comes first sweeps for all (``_swept``).
+        return self.polling_interval * random.uniform(1.0, 1.5)
 
     def _direct(self, queue, payload):
         self._direct_inbox.append((queue, payload))
@@ -199,8 +217,8 @@ class Transport(virtual.Transport):
                 return
             now = monotonic()
             if now >= self._next_sweep:
+                self._next_sweep = now + self._sweep_interval()
                 self._sweep()
-                self._next_sweep = now + self.polling_interval
                 continue
             if deadline is not None and self._stopping:
                 deadline = min(deadline, now + STOPPING_DRAIN_SECONDS)
@@ -210,7 +228,11 @@ class Transport(virtual.Transport):
             if deadline is not None:
                 wait = min(wait, deadline - now)
             for channel in self.channels:
-                channel.flush_acks()
+                due = channel.acks_due()
+                if due is not None and (due <= now or self._stopping):
+                    channel.flush_acks()
+                elif due is not None:
+                    wait = min(wait, due - now)
             self._wait(wait)
 
     def _deliver_ready(self):
@@ -236,14 +258,14 @@ class Transport(virtual.Transport):
         return delivered
 
     def _sweep(self):
-        """Fallback poll: hand back messages of dead consumers, drop dead queues,
-        and look at every consumed queue once more."""
+        """Hand back messages of dead consumers and drop dead queues (for the whole
+        plant, see ``_swept``); look again at the queues whose wake-ups may not come."""
         for channel in self.channels:
             if channel._active_queues:
                 channel.sweep(self.max_deliveries)
                 break
-        for channel in self.channels:
-            self._mark_dirty(channel._active_queues)
+        if self._unheard:
+            self._mark_dirty(self._unheard)
 
     def close_connection(self, connection):
         try:
