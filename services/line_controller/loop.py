@@ -111,7 +111,9 @@ class EventLoop:
             self.uow.last_seq, self.uow.last_tx = db.last_seq_and_tx()
             backlog = db.queued_messages()
             in_process = recover and db.pieces_in_process() > 0
-        self._record_controller_outage()
+        with self.uow.begin() as work:  # time away while an order ran: a CONTROLLER_DOWN stop, now it is back
+            if work.db.controller_back():
+                work.close(None, status="HANDLED")
         self._plc_state = plc_state
         if recover:
             self.recovering = True
@@ -126,13 +128,6 @@ class EventLoop:
                                              row.actor, row.created_at))
         if consume:
             self._consumer = eventlet.spawn(self._run)
-
-    def _record_controller_outage(self) -> None:
-        """The time this line's loop was away while an order ran is a CONTROLLER_DOWN
-        stop (DBState.controller_back), recorded now that it is back."""
-        with self.uow.begin() as work:
-            if work.db.controller_back():
-                work.close(None, status="HANDLED")
 
     def _recover_when_plc_answers(self, plc_state, wait: float) -> None:
         deadline = time.monotonic() + wait
