@@ -5,7 +5,8 @@ is killed (``kill -9``) while the line runs an order, and the standby promoted,
 as an HA manager would. Every process finds the new primary by itself (none
 restarts), the gateway answers 503 meanwhile (never 500 or 409), the order
 completes with exact counts, the event log stays gapless, no piece moved twice,
-and nobody is asked anything."""
+and nobody is asked anything. With an asynchronous standby that lost an unload
+(issue 56), the line asks once where the piece is, and nothing else."""
 
 from __future__ import annotations
 
