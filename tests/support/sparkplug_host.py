@@ -10,7 +10,11 @@ node checks what a host must:
   and the host asks for a rebirth (NCMD ``Node Control/Rebirth``);
 * an NDEATH whose ``bdSeq`` is not the current birth's is stale (ignored);
 * DATA metrics come by alias, mapped through the births' names;
-* a historical metric (``is_historical``) never updates the live value.
+* a historical metric (``is_historical``) never updates the live value;
+* a message delivered twice (QoS 1 is at least once: a broker that crashed
+  resends, from its last saved state, what it had not seen acknowledged) is
+  the same bytes on the same topic: the copy is counted (``redelivered``) and
+  dropped, as a host drops a duplicate.
 
 It records every message (``messages``), the ``Line/EventSeq`` values seen
 (``event_seqs``), and anything a host would call wrong (``errors``). With
@@ -19,6 +23,7 @@ that says offline."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -74,6 +79,8 @@ class SparkplugHost:
         self.event_seqs: dict[str, list[tuple[int, bool]]] = {}  # node -> [(EventSeq, historical)]
         self.errors: list[str] = []
         self.rebirths_asked = 0
+        self.redelivered = 0
+        self._seen_payloads: set[bytes] = set()  # digests of (topic, payload) received
         host, _, port = broker_url.split("://", 1)[1].partition(":")
         # persistent: the broker keeps the host's session while it is away (a historian's way).
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-host-{id(self):x}",
@@ -117,6 +124,12 @@ class SparkplugHost:
         if len(levels) < 4 or levels[2] in ("NCMD", "DCMD"):
             return
         kind, node_id, device = levels[2], levels[3], levels[4] if len(levels) > 4 else None
+        digest = hashlib.sha1(msg.topic.encode() + b"\0" + msg.payload).digest()
+        with self.lock:
+            if digest in self._seen_payloads:
+                self.redelivered += 1
+                return
+            self._seen_payloads.add(digest)
         try:
             payload = pb.Payload.FromString(msg.payload)
         except Exception as exc:  # noqa: BLE001
@@ -126,14 +139,19 @@ class SparkplugHost:
             node = self.nodes.setdefault(node_id, NodeState())
             self._check(kind, node_id, device, node, payload)
 
-    def _metrics(self, node: NodeState, device: str | None, payload, birth: bool) -> list[dict]:
+    def _metrics(self, node_id: str, node: NodeState, device: str | None, payload, birth: bool) -> list[dict]:
         out = []
         for m in payload.metrics:
             if birth:
+                # A birth names every metric, with its type and an alias unique in the node.
+                if not m.name or not m.HasField("alias") or not m.datatype:
+                    self.errors.append(f"{node_id}/{device or ''}: a birth's metric without name, alias or type: {m}")
+                elif node.aliases.get(m.alias, f"{device or ''}/{m.name}") != f"{device or ''}/{m.name}":
+                    self.errors.append(f"{node_id}: alias {m.alias} of {node.aliases[m.alias]} and {m.name}")
                 node.aliases[m.alias] = f"{device or ''}/{m.name}"
             name = f"{device or ''}/{m.name}" if m.name else node.aliases.get(m.alias)
             if name is None:
-                self.errors.append(f"{node}: unknown alias {m.alias}")
+                self.errors.append(f"{node_id}: unknown alias {m.alias}")
                 continue
             out.append({"name": name, "value": value_of(m), "historical": m.is_historical,
                         "timestamp": m.timestamp, "datatype": m.datatype})
@@ -152,7 +170,7 @@ class SparkplugHost:
             if seq != 0:
                 self.errors.append(f"{node_id}: NBIRTH with seq {seq}")
             node.aliases.clear()
-            metrics = self._metrics(node, None, payload, birth=True)
+            metrics = self._metrics(node_id, node, None, payload, birth=True)
             values = {m["name"]: m["value"] for m in metrics}
             node.bd_seq, node.online, node.last_seq, node.births = values.get("/bdSeq"), True, 0, node.births + 1
             node.birth_event_seq = values.get("/Line/EventSeq")
@@ -167,7 +185,7 @@ class SparkplugHost:
             self.errors.append(f"{node_id}: {kind} seq {seq} after {node.last_seq}")
             self.request_rebirth(node_id)
         node.last_seq = seq
-        metrics = self._metrics(node, device, payload, birth=kind == "DBIRTH")
+        metrics = self._metrics(node_id, node, device, payload, birth=kind == "DBIRTH")
         if kind == "DBIRTH":
             node.devices_online.add(device)
         elif kind == "DDEATH":

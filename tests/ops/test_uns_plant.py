@@ -1,0 +1,189 @@
+"""The demo plant (three lines, two layouts, Modbus and OPC UA) under one ``linectl up``,
+on a primary and its synchronous standby (tests/support/replica_pair.py: the stack
+names both in one multi-host URL), publishing to a real mosquitto; a Sparkplug host
+written from the specification watches it (issue 52's "done when"):
+
+- every node and every device is born validly; an order runs on each line; the counts
+  the host reads equal ``/api/plant/stats`` per line;
+- mid-order, one after the other: the broker killed and started again, the publisher
+  killed (``kill -9``) with a standby running, and the database failed over: the host
+  misses no ``Line/EventSeq`` of any line, and sees no seq or birth error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.plant import load_plant
+from tests.ops.operator import resolve_open_recovery
+from tests.ops.test_uns import GROUP, mqtt_env, since_a_month, uns_output
+from tests.support.mosquitto import Broker
+from tests.support.replica_pair import ReplicaPair
+from tests.support.sparkplug_host import SparkplugHost
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANT = ROOT / "deploy" / "plant.yaml"
+ORDERS = {"cell-a": ("BRACKET-A", 3), "cell-b": ("SHAFT-B", 3), "cell-c": ("BRACKET-A", 3)}
+NODE_METRICS = {"/bdSeq", "/Node Control/Rebirth", "/Line/EventSeq", "/Line/PLC Connected", "/Line/Controller",
+                "/Line/Active Orders", "/Line/Completed", "/Line/Scrapped", "/Line/Open Alarms",
+                "/Line/Open Manual Actions", "/Line/LastPiece"}  # docs/uns.md, "Node metrics"
+
+pytestmark = pytest.mark.slow
+
+
+def devices_of(line_id: str) -> set[str]:
+    """A line's devices as docs/uns.md names them: its equipment, ROBOT, BUFFER and DOCK."""
+    line = next(line for line in load_plant(PLANT).lines if line.id == line_id)
+    return {e.id for e in line.layout.equipment} | {"ROBOT", "BUFFER", "DOCK"}
+
+
+class Lines:
+    """The plant's lines as the REST API shows them: each line's newest seq, its orders."""
+
+    def __init__(self, stack, token: str):
+        self.stack, self.token = stack, token
+        self.newest = dict.fromkeys(ORDERS, 0)
+        self.orders: dict[str, list[int]] = {line_id: [] for line_id in ORDERS}
+
+    def seq(self, line_id: str) -> int:
+        """The line's newest event-log seq (paged on from the last one seen)."""
+        while True:
+            code, page = self.stack.get(f"/api/lines/{line_id}/events?after={self.newest[line_id]}&limit=500",
+                                        self.token, timeout=30)
+            if code != 200:
+                return self.newest[line_id]  # a failover under way: what was seen
+            if page["items"]:
+                self.newest[line_id] = page["items"][-1]["seq"]
+            if not page["nextCursor"]:
+                return self.newest[line_id]
+
+    def status(self, line_id: str, order_id: int) -> str | None:
+        return self.stack.get(f"/api/lines/{line_id}/work-orders/{order_id}", self.token, timeout=30)[1].get("status")
+
+    def running(self) -> None:
+        """An order under way on every line (a new one where the last one ended): each
+        interruption then lands mid-order."""
+        for line_id, (product, quantity) in ORDERS.items():
+            if self.orders[line_id] and self.status(line_id, self.orders[line_id][-1]) != "COMPLETED":
+                continue
+            code, order = self.stack.request("POST", f"/api/lines/{line_id}/work-orders",
+                                             {"productId": product, "quantity": quantity}, self.token, timeout=30)
+            assert code == 201, order
+            code, body = self.stack.request("POST", f"/api/lines/{line_id}/work-orders/{order['id']}/start", {},
+                                            self.token, timeout=30)
+            assert code == 200, body
+            self.orders[line_id].append(order["id"])
+
+    def moving(self, events: int = 5) -> None:
+        """Until every line logged ``events`` more events."""
+        before = {line_id: self.seq(line_id) for line_id in ORDERS}
+        for line_id in ORDERS:
+            wait_for(lambda line_id=line_id: self.seq(line_id) >= before[line_id] + events, 120, 0.1,
+                     f"{line_id} logging events")
+
+    def all_completed(self) -> bool:
+        for line_id in ORDERS:
+            resolve_open_recovery(self.stack, self.token, self.stack.amqp_uri(), line_id)
+        return all(self.status(line_id, order_id) == "COMPLETED"
+                   for line_id, ids in self.orders.items() for order_id in ids)
+
+
+def births(host: SparkplugHost) -> dict[str, int]:
+    return {line_id: len(host.of(line_id, "NBIRTH")) for line_id in ORDERS}
+
+
+def born_again(host: SparkplugHost, before: dict[str, int]) -> bool:
+    """Every node born again since ``before``, and all its devices with it."""
+    return all(len(host.of(line_id, "NBIRTH")) > before[line_id]
+               and host.nodes[line_id].devices_online == devices_of(line_id) for line_id in ORDERS)
+
+
+def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses_no_seq(stack_factory, tmp_path):
+    pair = ReplicaPair().start()
+    broker = Broker(tmp_path / "mosquitto", persistent=True).start()
+    host = SparkplugHost(broker.url, GROUP, persistent=True)  # a historian's session: it outlives the broker
+    stack = stack_factory(sim_speed=40.0, lines=len(ORDERS),
+                          extra_env={"LINECTL_PLANT_FILE": str(PLANT), **mqtt_env(broker)})
+    stack.env["LINECTL_DATABASE_URL"] = pair.url  # both servers; the stack's own drops a given URL
+    standby = None
+    try:
+        stack.up().wait_line("linectl: ready", 180)
+        token = stack.token("operator")
+        lines = Lines(stack, token)
+        # A valid birth of every node and every device (the host checks seq 0, bdSeq, names, aliases, types).
+        wait_for(lambda: all(host.nodes.get(i) and host.nodes[i].devices_online == devices_of(i) for i in ORDERS),
+                 90, 0.05, lambda: f"every node and device born\n{uns_output(stack)}")
+        for line_id in ORDERS:
+            (birth,) = host.of(line_id, "NBIRTH")
+            assert birth.seq == 0 and {m["name"] for m in birth.metrics} == NODE_METRICS, birth
+            assert {m.device for m in host.of(line_id, "DBIRTH")} == devices_of(line_id)
+        first = {line_id: host.nodes[line_id].birth_event_seq for line_id in ORDERS}
+
+        # The broker killed mid-order, and started again.
+        lines.running()
+        lines.moving()
+        wait_for(broker.store.exists, 10, 0.05, "the broker's store written (the host's session in it)")
+        before = births(host)
+        broker.kill()
+        lines.moving()  # the lines go on; the publisher stores
+        broker.start()
+        wait_for(lambda: born_again(host, before), 60, 0.05, lambda: f"births after the broker\n{uns_output(stack)}")
+
+        # kill -9 of the publisher mid-order, a standby running ("another host": the same settings).
+        lines.running()
+        publisher = stack.process("uns")
+        env = dict(line.split("=", 1) for line in open(f"/proc/{publisher}/environ").read().split("\0") if "=" in line)
+        standby_log = tmp_path / "uns-standby.log"
+        standby = subprocess.Popen([sys.executable, "-m", "services.uns", "--name", "uns-standby"], env=env,
+                                   stdout=standby_log.open("w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: standby.poll() is None and stack.process("uns-standby"), 10, 0.05, "the standby running")
+        lines.moving()
+        before = births(host)
+        os.kill(publisher, signal.SIGKILL)
+        wait_for(lambda: born_again(host, before), 30, 0.05, lambda: f"the standby's births\n{uns_output(stack)}")
+        wait_for(lambda: stack.process("uns") not in (None, publisher), 60, 0.1, "linectl up's uns again (waiting)")
+
+        # The database fails over mid-order: the standby publisher loses its lock's session and
+        # exits; linectl up's uns takes the lock on the new primary.
+        lines.running()
+        lines.moving()
+        before = births(host)
+        pair.fail_over()
+        wait_for(lambda: born_again(host, before), 120, 0.1, lambda: f"births after the failover\n{uns_output(stack)}"
+                 f"\nthe standby's:\n{standby_log.read_text()[-3000:]}")
+        assert standby.wait(30) == 1  # it let go: the lock's session was lost
+
+        wait_for(lines.all_completed, 300, 0.5, "every line's orders completing")
+        newest = {line_id: lines.seq(line_id) for line_id in ORDERS}
+        def missing(line_id: str) -> list[int]:
+            return host.missing_event_seqs(line_id, first[line_id] + 1, newest[line_id])
+        for line_id in ORDERS:
+            wait_for(lambda line_id=line_id: not missing(line_id), 60, 0.05,
+                     lambda line_id=line_id: f"{line_id}: every seq up to {newest[line_id]}; missing "
+                     f"{missing(line_id)[:20]}\n{uns_output(stack)}")
+        # The counts the host reads are the plant's.
+        code, stats = stack.get(f"/api/plant/stats?from={since_a_month()}", token)
+        assert code == 200, stats
+        for line in stats["lines"]:
+            live = host.nodes[line["id"]].live
+            wait_for(lambda line=line, live=live: (live.get("/Line/Completed"), live.get("/Line/Scrapped"))
+                     == (line["completed"], line["scrapped"]), 30, 0.05,
+                     lambda line=line, live=live: f"{line} vs {live.get('/Line/Completed')}, "
+                     f"{live.get('/Line/Scrapped')}")
+            assert line["completed"] + line["scrapped"] == sum(ORDERS[line["id"]][1] for _o in lines.orders[line["id"]])
+        assert not host.errors, host.errors[:10]
+        print(f"births per line: {births(host)}; redelivered copies dropped: {host.redelivered}")
+    finally:
+        if standby is not None and standby.poll() is None:
+            standby.kill()
+            standby.wait(10)
+        host.stop()
+        stack.cleanup()
+        broker.stop()
+        pair.stop()
