@@ -180,6 +180,7 @@ class LineHardware:
                     "repeated": True}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         self._open[correlation_id] = request.action_id
+        self.watcher.hurry()  # its edges are read at the port's rate
         if isinstance(command, MachineStart | MachineAbort):  # machines run beside the robot
             thread = self._spawn(lambda: self._start_machine(request))
             if thread is not None:

@@ -16,6 +16,7 @@ a machine in fault.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,12 @@ from shared.layout import Layout
 
 Signal = tuple[str, dict[str, Any]]
 log = logging.getLogger(__name__)
+# A polled PLC (Modbus) is read at its port's rate while anything moves; a quiet
+# one (the robot not BUSY, no machine or slot running, no edge and no action asked
+# for BUSY_SECONDS) this often: its signals latch (done flags, the arrival counter,
+# fault registers), so waiting costs a little latency on an idle line, no edge.
+QUIET_POLL_SECONDS = 1.0
+BUSY_SECONDS = 5.0
 # The line_controller refuses a payload text longer than this (its payloads.MAX_TEXT),
 # and with it the whole edge: a loss whose reason is cut still holds the line.
 ERROR_TEXT_MAX = 200
@@ -57,11 +64,29 @@ class SignalWatcher:
         # line_controller can drop an edge that reaches it after a later one.
         self._last_stamp: datetime | None = None
         self.polls = 0
+        self._moving = False  # the last picture showed the robot or a machine at work
+        self._busy_until = 0.0  # monotonic: polls at the port's rate until then
+        self._next_poll = 0.0  # monotonic: a quiet polled PLC's next read
+
+    def hurry(self) -> None:
+        """An action was asked for: read at the port's rate again (its edges follow)."""
+        self._busy_until, self._next_poll = time.monotonic() + BUSY_SECONDS, 0.0
 
     def watch(self, timeout: float = 1.0) -> list[Signal]:
         """The signals of the next change (or of none within ``timeout``)."""
+        left = self._next_poll - time.monotonic()
+        if left > 0:  # a quiet polled PLC: not read before its time
+            time.sleep(min(left, timeout))
+            if time.monotonic() < self._next_poll:
+                return []
         self.port.wait_for_change(timeout)
-        return self.poll()
+        signals = self.poll()
+        now = time.monotonic()
+        if signals or self._moving:
+            self._busy_until = now + BUSY_SECONDS
+        polled = getattr(self.port, "protocol", None) != "opcua"  # OPC UA pushes its changes
+        self._next_poll = now + QUIET_POLL_SECONDS if polled and now >= self._busy_until else 0.0
+        return signals
 
     def poll(self) -> list[Signal]:
         self.polls += 1
@@ -75,6 +100,7 @@ class SignalWatcher:
         return signals
 
     def _lost(self, exc: PlcUnavailable) -> list[Signal]:
+        self._moving = False
         self.error = exc.message
         # Another PLC at the address is news even while the line's own is away
         # (and its going is news too): the alarm says which it is.
@@ -98,6 +124,9 @@ class SignalWatcher:
             # records (a PLC that restarted forgot its cycles)
             signals.append((ev.PLC_CONNECTION, {"connected": True, "plcState": state,
                                                 "observedAt": self._stamp(state["observedAt"])}))
+        self._moving = state["robot"].get("state") == "BUSY" or any(
+            machine.get("running") or any(slot.get("running") for slot in machine["slots"])
+            for machine in state["equipment"])
         robot_fault = state["robot"]["fault"]
         if robot_fault != self._robot_fault:
             signals.append((ev.ROBOT_FAULT, {"fault": robot_fault, "observedAt": self._stamp(state["observedAt"])}))

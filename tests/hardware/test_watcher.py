@@ -1,5 +1,6 @@
 """The signal watcher: one event per edge, never one per poll."""
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -173,3 +174,29 @@ def test_link_and_robot_edges_bear_strictly_increasing_times(layout):
     stamps = [datetime.fromisoformat(p["observedAt"]) for _, p in signals]
     assert stamps == sorted(set(stamps)) and stamps[0] == read
     assert signals[2][1]["plcState"]["observedAt"] == (read + timedelta(seconds=1)).isoformat()  # as read
+
+
+def test_a_quiet_modbus_plc_is_read_once_a_second_and_an_action_hurries_the_reads(layout, sim):
+    # Issue 55: an idle line's hardware service does not read its PLC ten times a
+    # second; its latched signals still come, at most QUIET_POLL_SECONDS late.
+    from services.hardware import watcher as watching
+
+    watcher = SignalWatcher(open_port(sim.address, layout, timeout=5.0, poll_interval=0.1), layout)
+    settle(watcher, expect=2)  # connected, the first pallet
+    wait_for(lambda: watcher.watch(0.5) == [] and watcher._next_poll > 0,
+             timeout=watching.BUSY_SECONDS + 5, message="the watcher quiet")
+    polls, started = watcher.polls, time.monotonic()
+    while time.monotonic() - started < 2.5:
+        assert watcher.watch(0.5) == []
+    assert watcher.polls - polls <= 3  # once a second, not 25 times
+
+    sim.model.mem[layout.plc.dock_base + 1] += 1  # a pallet arrives at the quiet line
+    seen = time.monotonic()
+    assert _untimed(settle(watcher, expect=1)) == [(ev.PALLET_ARRIVED, {"count": 4})]
+    assert time.monotonic() - seen < watching.QUIET_POLL_SECONDS + 1.0
+
+    watcher.hurry()
+    polls, started = watcher.polls, time.monotonic()
+    for _ in range(5):
+        watcher.watch(0.5)
+    assert watcher.polls - polls == 5 and time.monotonic() - started < 2.0  # at the port's rate again
