@@ -28,7 +28,9 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
   (:mod:`.listener`), which ``LISTEN``s on one channel per consumed queue (``mq_`` +
   md5 of the name; the payload is the queue name) for every kombu Connection of the
   process. A Transport sleeps in ``select`` on a pipe until a notification for one of
-  its queues, an ack that frees prefetch room, or the slow fallback poll.
+  its queues, an ack that frees prefetch room, or its share of the plant's sweep (below).
+  No statement runs on a timer for a consumed queue: a queue is looked at again
+  each polling interval only while its LISTEN could not be confirmed.
 * Direct replies (RabbitMQ's direct reply-to): a message with a ``correlation_id``
   and no ``reply_to``, to a private queue (exclusive, auto-delete or ``x-expires``)
   with exactly one consumer whose listener is alive, is the payload of a ``NOTIFY``
@@ -39,12 +41,19 @@ What it supports, as AMQP 0-9-1 / pyamqp does it:
 * Claiming: ``UPDATE … FOR UPDATE SKIP LOCKED``, so competing consumers never block
   each other or get the same message. A claimed row carries a lease: the PostgreSQL
   backend (pid + start time) of the consuming channel. Ack deletes the row (in the
-  statement of the channel's next claim, or before its drain loop sleeps;
-  ``Channel.close`` flushes); reject
-  with requeue clears the lease. If the consumer's connection or process dies, its
-  backend ends, and the next sweep (every ``polling_interval``, default 5 s) hands the
-  message out again with ``redelivered`` set; a message whose consumers died
-  ``max_deliveries`` times (default 5) goes to ``mq_dead_letter`` instead.
+  statement of the channel's next claim, or 1 s after the ack when no claim came
+  first; ``Channel.close`` flushes): a process that dies in that second has the
+  message delivered again, as a broker redelivers an ack lost with its connection.
+  Reject with requeue clears the lease. If the consumer's connection or process
+  dies, its backend ends, and the next sweep hands the message out again with
+  ``redelivered`` set; a message whose consumers died ``max_deliveries`` times
+  (default 5) goes to ``mq_dead_letter`` instead.
+* Sweeps: one look per ``polling_interval`` (default 5 s) for the whole database:
+  every consuming Transport's timer runs 1–1.5 intervals, the first due looks
+  (one query, cheap while nothing is due: a dead backend's lease, consumer or
+  exclusive queue, an x-expires queue past its time, an expired message) and
+  ``NOTIFY``s ``mq_swept``, which puts every other process's timer off; only when
+  something is due does the sweep itself run.
 
 Durability: a publish waits for its WAL flush only when the message
 is persistent (``delivery_mode=2``) and at least one target queue is durable and
@@ -56,18 +65,16 @@ corrupts anything, and it saves a WAL flush per statement.
 
 A persistent message that is no reply (an RPC request, an event) is confirmed
 as RabbitMQ confirms one: the publish returns once the message is flushed to
-the WAL, and a consumer may take it before that. One round trip runs three
-transactions: the rows, committed without waiting; their wake-up ``NOTIFY``,
-committed at once; and, when a target queue is durable, a transaction that
-writes a WAL record and commits with ``synchronous_commit = on``, so it waits
-for the flush through the rows too. The flush is off the path from publisher to
-consumer, and no ``NOTIFY``ing commit waits for one: PostgreSQL serialises
+the WAL, and a consumer may take it before that. It runs two transactions: the
+rows and their wake-up ``NOTIFY``, committed without waiting; and, only when a
+target queue is durable, a transaction that writes a WAL record and commits
+with ``synchronous_commit = on``, so it waits for the flush through the rows too.
+The flush is off the path from publisher to consumer, and no ``NOTIFY``ing commit waits for one: PostgreSQL serialises
 every ``NOTIFY``ing commit of a cluster under one lock and holds it through the
 commit's flush, so in one transaction every other publisher (and every direct
 reply) waited for it and no two flushes could be shared. A crash before the
 flush can lose a message a consumer took; its publisher then gets an error,
-never a confirm. A wake-up lost between the first two transactions delays the
-message to the next fallback poll; it never loses it.
+never a confirm.
 
 ``Connection.connected`` asks :meth:`Transport.verify_connection`: free while the
 process's listener has kept its connection, a ``SELECT 1`` per channel once it lost
@@ -78,7 +85,7 @@ Each channel's connection prepares the hot statements (publish, claim, take,
 delete, release) once, with generic plans: planning was most of a publish.
 
 Transport options (``transport_options=`` or nameko ``TRANSPORT_OPTIONS``):
-``polling_interval`` (s, fallback poll and sweep period, default 5.0),
+``polling_interval`` (s, the sweep period, default 5.0),
 ``max_deliveries`` (default 5), ``prefetch_batch`` (rows claimed per query when no
 prefetch limit is set, default 10), ``durable_publish`` (default True; False commits
 every publish with ``synchronous_commit = off``, trading the last fraction of a second
