@@ -12,6 +12,7 @@ how many finished pieces it could not rebuild (their events were purged: their
 record has the job's own facts, and the history the log still had). Not
 partitioned by time: docs/traceability.md says why."""
 import logging
+import sys
 
 import sqlalchemy as sa
 from alembic import op
@@ -124,7 +125,8 @@ def upgrade() -> None:
             conn.execute(sa.text("SET LOCAL search_path TO DEFAULT"))
         message = count.as_text(line_id)
         log.warning(message) if count.not_rebuilt else log.info(message)
-        print(f"piece records: {message}", flush=True)
+        if count.finished:  # said on the terminal too, beside (not inside) a command's answer
+            print(f"piece records: {message}", file=sys.stderr, flush=True)
 
 
 def downgrade() -> None:

@@ -65,7 +65,7 @@ def test_the_upgrade_rebuilds_records_from_the_log_and_counts_what_it_could_not(
 
         upgrade(empty_db_url)
 
-        said = capfd.readouterr().out
+        said = capfd.readouterr().err  # the count beside a command's answer, not in it
         assert ("line cell-x: 3 finished pieces, 1 records rebuilt from the event log, "
                 "2 could not be rebuilt") in said, said
         assert "line cell-y: 1 finished pieces, 0 records rebuilt from the event log, 1 could not be rebuilt" in said
