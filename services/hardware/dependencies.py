@@ -55,6 +55,9 @@ WATCH_POLL_INTERVAL = 0.1  # seconds between the watcher's Modbus polls
 # How long an event that could not be published (the transport's database failing
 # over) is offered again before it is given up: longer than a Patroni failover.
 PUBLISH_PERSIST_SECONDS = 120.0
+# RPC context data the action entrypoints set from the delivery (service.ActionRpc):
+# the transport delivered the request before, to a consumer that did not acknowledge it.
+REDELIVERED_CONTEXT_KEY = "linectl_redelivered"
 # pymodbus logs every failed connect and timeout (10 times a second while the
 # PLC is away); the watcher reports connection loss once per edge instead.
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
@@ -114,6 +117,9 @@ class LineHardware:
         # operator about an action the hardware still holds or has reported.
         self._open: dict[str, int] = {}
         self._answered: deque[str] = deque(maxlen=1000)
+        # Requests an earlier instance took and never acknowledged (see submit): not
+        # run, and not run when asked again either.
+        self._disowned: deque[str] = deque(maxlen=1000)
         # The line_controller instance that last read known_actions(): requests from
         # an earlier (replaced) instance that arrive later are refused, so that
         # reading stays the whole truth about what this service will still do.
@@ -168,7 +174,7 @@ class LineHardware:
                 eventlet.sleep(pause)
                 pause = min(pause * 2, 2.0)  # soon after the transport is back
 
-    def submit(self, correlation_id: str, command) -> dict[str, Any]:
+    def submit(self, correlation_id: str, command, redelivered: bool = False) -> dict[str, Any]:
         if self.robot.stopping:  # nothing moved: the line_controller puts the job back
             return {"accepted": False, "errorCode": ev.NOT_EXECUTED,
                     "errorMessage": "the hardware service is stopping"}
@@ -178,6 +184,19 @@ class LineHardware:
             # result is (or was) published as usual.
             return {"accepted": True, "actionId": self._open.get(correlation_id), "instanceId": self.instance_id,
                     "repeated": True}
+        if redelivered or correlation_id in self._disowned:
+            # Delivered before, to a consumer that ended without acknowledging it: an
+            # earlier instance, killed after taking it, which may have sent it to the PLC
+            # (its ack goes out after its reply, pgsql:// a second later). Sent again, the
+            # robot would move twice; whether it happened is the operator's to say.
+            if correlation_id not in self._disowned:
+                self._disowned.append(correlation_id)
+                log.warning("request %s (%s) was delivered before to an instance that ended without "
+                            "acknowledging it: not run, its outcome is unknown", correlation_id,
+                            getattr(command, "action", type(command).__name__))
+            return {"accepted": False, "errorCode": ev.OUTCOME_UNKNOWN, "instanceId": self.instance_id,
+                    "errorMessage": "an earlier instance of the hardware service took this request and ended "
+                                    "before acknowledging it: whether the PLC got it is unknown"}
         request = ActionRequest(correlation_id, self.next_action_id(), command)
         self._open[correlation_id] = request.action_id
         self.watcher.hurry()  # its edges are read at the port's rate
@@ -284,22 +303,28 @@ class Hardware(DependencyProvider):
         self.hardware.close()
 
     def get_dependency(self, worker_ctx):
-        return HardwareHandle(self.hardware, worker_ctx.context_data.get(ev.CONTROLLER_CONTEXT_KEY))
+        return HardwareHandle(self.hardware, worker_ctx.context_data)
 
 
 class HardwareHandle:
     """What an entrypoint gets: the container's hardware, and which line_controller
     instance (if any) sent the call."""
 
-    def __init__(self, hardware: LineHardware, controller: str | None):
+    def __init__(self, hardware: LineHardware, context: dict):
         self._hardware = hardware
-        self.controller = controller
+        self._context = context
+        self.controller: str | None = context.get(ev.CONTROLLER_CONTEXT_KEY)
 
     def __getattr__(self, name):
         return getattr(self._hardware, name)
 
     def admitted(self) -> bool:
         return self._hardware.admits(self.controller)
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether the transport delivered this call's request before (action RPCs only)."""
+        return bool(self._context.get(REDELIVERED_CONTEXT_KEY))
 
     def known_actions(self) -> dict[str, Any]:
         return self._hardware.known_actions(self.controller)

@@ -9,11 +9,11 @@ answer ``accepted: false`` and send nothing.
 from __future__ import annotations
 
 from nameko.events import EventDispatcher
-from nameko.rpc import rpc
+from nameko.rpc import Rpc, rpc
 from nameko.timer import timer
 
 from services.hardware import action_requests as actions
-from services.hardware.dependencies import Hardware
+from services.hardware.dependencies import REDELIVERED_CONTEXT_KEY, Hardware
 from shared import events as ev
 
 # The watch entrypoint waits inside for the port's next change (Modbus: its poll
@@ -21,6 +21,20 @@ from shared import events as ev
 # keeps a port that returned at once from spinning.
 WATCH_INTERVAL = 0.01
 WATCH_WAIT = 0.5  # seconds one watch waits for a change (bounds a clean stop's wait)
+
+
+class ActionRpc(Rpc):
+    """An action RPC whose worker knows whether the transport delivered its request
+    before: to a consumer that ended without acknowledging it (an instance of this
+    service killed after taking it). Set from the delivery, whatever the caller sent."""
+
+    def unpack_message_headers(self, message):
+        context = super().unpack_message_headers(message)
+        context[REDELIVERED_CONTEXT_KEY] = bool(message.delivery_info.get("redelivered"))
+        return context
+
+
+action_rpc = ActionRpc.decorator
 
 
 def _accept(hardware, correlation_id, build):
@@ -32,7 +46,7 @@ def _accept(hardware, correlation_id, build):
         correlation = actions.correlation(correlation_id)
     except actions.Rejected as exc:
         return {"accepted": False, "errorCode": "REJECTED", "errorMessage": str(exc)}
-    return hardware.submit(correlation, command)
+    return hardware.submit(correlation, command, redelivered=hardware.redelivered)
 
 
 class HardwareService:
@@ -41,48 +55,48 @@ class HardwareService:
     hardware = Hardware()
     dispatch = EventDispatcher()
 
-    @rpc
+    @action_rpc
     def dock_to_buffer(self, correlation_id, slot_no, job_id=None):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.dock_to_buffer(slot_no, job_id))
 
-    @rpc
+    @action_rpc
     def buffer_to_dock(self, correlation_id, slot_no, job_id=None):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.buffer_to_dock(slot_no, job_id))
 
-    @rpc
+    @action_rpc
     def buffer_to_equipment(self, correlation_id, slot_no, equipment_id, equipment_slot, job_id=None):
         return _accept(self.hardware, correlation_id, lambda: self.hardware.commands.buffer_to_equipment(
             slot_no, equipment_id, equipment_slot, job_id))
 
-    @rpc
+    @action_rpc
     def equipment_to_buffer(self, correlation_id, equipment_id, equipment_slot, slot_no, job_id=None):
         return _accept(self.hardware, correlation_id, lambda: self.hardware.commands.equipment_to_buffer(
             equipment_id, equipment_slot, slot_no, job_id))
 
-    @rpc
+    @action_rpc
     def swap(self, correlation_id, equipment_id, equipment_slot, unload_to_slot, load_from_slot,
              unload_job_id=None, load_job_id=None):
         return _accept(self.hardware, correlation_id, lambda: self.hardware.commands.swap(
             equipment_id, equipment_slot, unload_to_slot, load_from_slot, unload_job_id, load_job_id))
 
-    @rpc
+    @action_rpc
     def scan(self, correlation_id, slot_no, job_id=None):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.scan(slot_no, job_id))
 
-    @rpc
+    @action_rpc
     def mark(self, correlation_id, slot_no, text, job_id=None):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.mark(slot_no, text, job_id))
 
-    @rpc
+    @action_rpc
     def start_machine(self, correlation_id, equipment_id, jobs=None):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.start_machine(equipment_id, jobs))
 
-    @rpc
+    @action_rpc
     def abort_cycle(self, correlation_id, equipment_id):
         return _accept(self.hardware, correlation_id,
                        lambda: self.hardware.commands.abort_cycle(equipment_id))
