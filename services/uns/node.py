@@ -81,6 +81,7 @@ class EdgeNode:
         self.unit_of_mid: dict[int, int] = {}
         self.dead_devices: frozenset[str] = frozenset()
         self._next_connect = 0.0
+        self._unreachable_said = False  # the broker's absence is logged once, until it answers again
         self._backoff = RECONNECT_SECONDS[0]
         self._saved = (None, None)
         self._unsaved_messages = 0
@@ -170,6 +171,13 @@ class EdgeNode:
         elif kind == "disconnected":
             log.warning("uns %s: the broker connection is lost (%s)", self.line_id, args[1])
             self._end_session(clean=False)
+        elif kind == "unreachable":
+            # paho tried once and gave up (reconnect_on_failure off): try again, as a new session
+            (log.debug if self._unreachable_said else log.warning)(
+                "uns %s: the broker cannot be reached; trying again every %.1f s at most", self.line_id,
+                RECONNECT_SECONDS[1])
+            self._unreachable_said = True
+            self._end_session(clean=False)
         elif kind == "message":
             self._message(args[1], args[2])
 
@@ -192,6 +200,7 @@ class EdgeNode:
         put = self.inbox.put
         client.on_connect = lambda c, _u, _f, rc, _p: put(("connected", c, rc))
         client.on_disconnect = lambda c, _u, _f, rc, _p: put(("disconnected", c, rc))
+        client.on_connect_fail = lambda c, _u: put(("unreachable", c))
         client.on_publish = lambda c, _u, mid, _rc, _p: put(("puback", c, mid))
         client.on_message = lambda c, _u, msg: put(("message", c, msg.topic, msg.payload))
         self.client = client
@@ -205,7 +214,7 @@ class EdgeNode:
             self._end_session(clean=False)
             return
         log.info("uns %s: connected (bdSeq %d)", self.line_id, self.bd_seq)
-        self.connected = True
+        self.connected, self._unreachable_said = True, False
         self._backoff = RECONNECT_SECONDS[0]
         topics = [t for f in self.formats for t in f.subscriptions(self)]
         if self.settings.sparkplug_primary_host:
