@@ -16,6 +16,7 @@ from gateway.app import create_app
 from shared.config import load_settings
 from shared.db.engine import make_engine, make_sessionmaker
 from tests.gateway.standin import EventWriter, StandInHardware, StandInLineController, seed_line
+from tests.identity.conftest import FAST_ARGON2
 from tests.support.gateway_zygote import GatewayZygote
 from tests.support.ports import free_port
 from tests.support.processes import Started, kill_group
@@ -55,6 +56,9 @@ def gateway_env(db_url, nameko_config):
         "LINECTL_AMQP_URI": nameko_config["AMQP_URI"],
         "LINECTL_TOKENS": TOKENS,
         "LINECTL_COMMAND_WAIT_SECONDS": "5",
+        # A sign-in's hash work as cheap as argon2 allows (the fuzz signs in a few dozen
+        # times, at 0.2 s each with the production parameters); a test of that work sets its own.
+        **FAST_ARGON2,
     }
 
 
