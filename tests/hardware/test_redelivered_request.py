@@ -80,9 +80,10 @@ def test_a_request_the_transport_delivers_again_after_a_kill_never_moves_the_rob
         start_hardware, sim, engine, amqp_uri, tmp_path):
     rpc_config = {"AMQP_URI": amqp_uri, "serializer": "json"}
 
-    def queued():
+    def queued():  # the move's request in the transport (taken and not acknowledged, or waiting)
         with engine.connect() as c:
-            return c.execute(text("SELECT count(*) FROM mq_message WHERE queue = :q"), {"q": RPC_QUEUE}).scalar()
+            return c.execute(text("SELECT count(*) FROM mq_message WHERE queue = :q AND payload LIKE :move"),
+                             {"q": RPC_QUEUE, "move": "%dock_to_buffer%"}).scalar()
 
     first = start_hardware("first")
     with ClusterRpcProxy(rpc_config, timeout=30) as rpc:
