@@ -29,7 +29,7 @@ ROBOT, BUFFER, DOCK = "ROBOT", "BUFFER", "DOCK"
 ROBOT_TASKS = ("DOCK_TO_BUFFER", "BUFFER_TO_EQUIPMENT", "EQUIPMENT_TO_BUFFER", "SWAP", "BUFFER_TO_DOCK")
 
 # Sparkplug B data types (the schema's DataType enum), by the names docs/uns.md uses.
-INT64, UINT64, BOOLEAN, STRING = 4, 8, 11, 12
+INT64, UINT64, DOUBLE, BOOLEAN, STRING = 4, 8, 10, 11, 12
 
 EVENT_SEQ = "Line/EventSeq"
 PLC_CONNECTED = "Line/PLC Connected"
@@ -45,7 +45,12 @@ NODE_METRICS = (
     ("Line/Active Orders", INT64), ("Line/Completed", INT64), ("Line/Scrapped", INT64),
     ("Line/Open Alarms", INT64), ("Line/Open Manual Actions", INT64), (CONTROLLER, BOOLEAN),
     (LAST_PIECE, STRING),
+    ("Line/Shift", STRING), ("Line/OEE", DOUBLE), ("Line/OEE/Availability", DOUBLE),
+    ("Line/OEE/Performance", DOUBLE), ("Line/OEE/Quality", DOUBLE),
 )
+# The current shift's OEE (shared.oee, ISO 22400-2): each figure's metric.
+SHIFT_FIGURES = {"oee": "Line/OEE", "availability": "Line/OEE/Availability",
+                 "performance": "Line/OEE/Performance", "quality": "Line/OEE/Quality"}
 FINISHED = ("COMPLETED", "SCRAPPED")  # a piece's end: its record's summary is published
 
 
@@ -182,6 +187,14 @@ class LineModel:
         self.values[(NODE, CONTROLLER)] = up
         for device, state in self.tracked.items():
             self.values[(device, STATE)] = state if up else DOWN
+        return [Change(d, n, value, at) for (d, n), value in self.values.items() if before.get((d, n)) != value]
+
+    def set_shift(self, shift: str | None, figures: dict | None, at: int) -> list[Change]:
+        """The current shift (None: outside every shift) and its OEE figures so far."""
+        before = dict(self.values)
+        self.values[(NODE, "Line/Shift")] = shift
+        for key, name in SHIFT_FIGURES.items():
+            self.values[(NODE, name)] = (figures or {}).get(key)
         return [Change(d, n, value, at) for (d, n), value in self.values.items() if before.get((d, n)) != value]
 
     def _counts(self) -> None:

@@ -40,6 +40,7 @@ KEEPALIVE_SECONDS = 5  # the broker sends the Will 1.5 keep-alives after the pub
 POLL_SECONDS = 2.0  # the log is read this often without a wake-up (a lost one is caught here)
 SAVE_SECONDS = 1.0
 HEARTBEAT_SECONDS = 5.0
+SHIFT_SECONDS = 10.0  # the current shift's OEE is read this often (and after each piece)
 HISTORY_EVENTS_PER_SECOND = 2000
 HISTORY_UNITS_IN_FLIGHT = 200
 RECONNECT_SECONDS = (0.5, 5.0)
@@ -55,7 +56,7 @@ class Unit:
 
 class EdgeNode:
     def __init__(self, settings, line_id: str, layout, outbox: LineOutbox, formats: list[Format], group: str,
-                 counters=None):
+                 counters=None, shift_oee=None):
         self.settings = settings
         self.line_id = line_id
         self.group = group
@@ -64,6 +65,9 @@ class EdgeNode:
         self.catalog = Catalog.of_layout(layout)
         self.commands = CommandDesk(self, outbox)
         self.counters = counters
+        self.shift_oee = shift_oee  # () -> (the current shift, its OEE item so far): the Line/OEE metrics
+        self._shift_due = 0.0
+        self._shift_failed = False
         self.inbox: queue.Queue = queue.Queue()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name=f"uns-{line_id}", daemon=True)
@@ -153,6 +157,8 @@ class EdgeNode:
         if self.born:
             self._publish_live()
             self._forward_history()
+            if time.monotonic() >= self._shift_due:
+                self._shift()
         self._save()
 
     def _handle(self, item) -> None:
@@ -257,6 +263,7 @@ class EdgeNode:
             self._publish_live()
         model = self.outbox.snapshot(self.catalog)
         model.set_controller(self.controller_up, model.at)
+        self._read_shift(model, model.at)
         if rebirth and model.seq > self.live_after:
             self.history.append([self.live_after, model.seq])
         elif not rebirth:
@@ -286,6 +293,7 @@ class EdgeNode:
         pieces = self.outbox.finished_pieces(frames)
         if pieces:
             self.model.values[(NODE, LAST_PIECE)] = pieces[-1].summary
+            self._shift_due = 0.0  # a piece counts in performance and quality: the figures now
         msgs = [m for f in self.formats for m in f.transaction(self, frames, changes, historical=False,
                                                                dead_devices=self.dead_devices, pieces=pieces)]
         plc = self.model.plc_connected
@@ -312,6 +320,29 @@ class EdgeNode:
         changes = self.model.set_controller(up, at)
         self._send([m for f in self.formats for m in f.values(self, changes, at=at, dead_devices=self.dead_devices)],
                    None)
+
+    def _read_shift(self, model: LineModel, at: int) -> list:
+        """The current shift's OEE into ``model``; what changed. Read every ``SHIFT_SECONDS``
+        (availability and performance move with time) and after a piece finishes."""
+        self._shift_due = time.monotonic() + SHIFT_SECONDS
+        if self.shift_oee is None:
+            return []
+        try:
+            shift, figures = self.shift_oee()
+        except Exception:  # noqa: BLE001 - the figures wait; publishing goes on
+            (log.debug if self._shift_failed else log.warning)(
+                "uns %s: the shift's OEE could not be read", self.line_id, exc_info=True)
+            self._shift_failed = True
+            return []
+        self._shift_failed = False
+        return model.set_shift(shift, figures, at)
+
+    def _shift(self) -> None:
+        at = int(time.time() * 1000)
+        changes = self._read_shift(self.model, at)
+        if changes:
+            self._send([m for f in self.formats for m in f.values(self, changes, at=at,
+                                                                  dead_devices=self.dead_devices)], None)
 
     def _forward_history(self) -> None:
         now = time.monotonic()

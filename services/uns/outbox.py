@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from datetime import datetime, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -25,7 +26,9 @@ from sqlalchemy.engine import Connection, Engine
 from services.uns.model import CYCLES_SQL, LAST_PIECE, NODE, Catalog, FinishedPiece, LineModel, finished_jobs
 from shared import serialize
 from shared.db.lines import PUBLIC, LineNotPlaced, placement, quote
+from shared.oee import oee_items
 from shared.piece_query import finished_summaries
+from shared.shift_calendar import Calendar
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,19 @@ class LineOutbox:
             summaries = {s["jobId"]: s for s in finished_summaries(conn, [job_id for job_id, _f in ended])}
         return [FinishedPiece(frame, {"lineId": self.line_id, **summaries[job_id]})
                 for job_id, frame in ended if job_id in summaries]
+
+    def shift_oee(self, calendar: Calendar, ideals: dict[str, float | None], microstop_seconds: float,
+                  now: datetime) -> tuple[str | None, dict | None]:
+        """The shift under way at ``now`` and its OEE item so far (``shared.oee``, as
+        ``GET /api/lines/{id}/oee?by=shift`` has it); ``(None, None)`` outside every shift."""
+        shift = next((i for i in calendar.instances(now - timedelta(seconds=1), now + timedelta(seconds=1))
+                      if i.start <= now < i.end), None)
+        if shift is None:
+            return None, None
+        with self.engine.begin() as conn:
+            self._enter(conn)
+            items = oee_items(conn, calendar, ideals, shift.start, shift.end, "shift", now, microstop_seconds)
+        return shift.name, (items[0] if items else None)
 
     def save(self, *, acked_seq: int | None = None, bd_seq: int | None = None, connected: bool | None = None,
              messages: int = 0) -> None:

@@ -20,6 +20,7 @@ import logging
 import signal
 import threading
 from contextlib import ExitStack
+from datetime import UTC, datetime
 
 from kombu import Connection, Queue
 from nameko.rpc import RPC_QUEUE_TEMPLATE
@@ -31,11 +32,13 @@ from services.uns.node import EdgeNode
 from services.uns.outbox import LOCK_CHECK_SECONDS, LOCK_RETRY_SECONDS, LineOutbox, PublisherLock
 from services.uns.port import Format
 from services.uns.sparkplug import Sparkplug
+from shared import production_stats
 from shared.config import Settings, nameko_config
 from shared.db import roles
 from shared.db.engine import make_engine
 from shared.events import LINE_EVENTS, LineServices
 from shared.plant import Plant
+from shared.product_ideals import product_ideal_seconds
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,8 @@ class Publisher:
         for line in self.plant.lines:
             outbox = LineOutbox(self.engine, line.id, default=line.id == default)
             self.nodes[line.id] = EdgeNode(self.settings, line.id, line.layout, outbox,
-                                           formats_for(self.settings.mqtt_format, self.settings), self.group)
+                                           formats_for(self.settings.mqtt_format, self.settings), self.group,
+                                           shift_oee=self._shift_oee(line, outbox))
         services = {line.id: LineServices.of_line(line.id, line.id == default).line_controller
                     for line in self.plant.lines}
         amqp_uri = nameko_config(self.settings)["AMQP_URI"]
@@ -184,6 +188,14 @@ class Publisher:
         log.info("uns: stopped")
         return status
 
+
+    def _shift_oee(self, line, outbox: LineOutbox):
+        """How a line's node reads its current shift's OEE (as the gateway's ``/oee``: the
+        plant's calendar, the layout's ideal cycle times, SIM_SPEED times faster on a simulator)."""
+        scale = production_stats.ideal_scale(self.settings.replace(plc=line.plc))
+        ideals = {p: None if v is None else v / scale for p, v in product_ideal_seconds(line.layout).items()}
+        calendar, microstop = self.plant.calendar, self.settings.microstop_seconds
+        return lambda: outbox.shift_oee(calendar, ideals, microstop, datetime.now(UTC))
 
     def _controllers_seen(self, controllers: ControllerWatch) -> None:
         for line_id, up in controllers.poll().items():

@@ -60,6 +60,8 @@ def _set_value(metric, datatype: int, value) -> None:
         # a structured value (Line/LastPiece) as compact JSON
         metric.string_value = json.dumps(value, separators=(",", ":"), ensure_ascii=False) \
             if isinstance(value, dict | list) else str(value)
+    elif datatype == pb.Double:
+        metric.double_value = float(value)
     elif datatype == INT64:
         metric.long_value = int(value) & 0xFFFFFFFFFFFFFFFF  # two's complement, as the spec stores Int64
     else:

@@ -140,6 +140,19 @@ def test_a_line_is_a_sparkplug_edge_node_whose_host_sees_every_seq(stack_factory
                 [(s["equipmentId"], s["result"]) for s in record["steps"]]
         last_piece = max(pieces, key=lambda job_id: pieces[job_id]["endedAtSeq"])
         assert json.loads(host.nodes[LINE].live["/Line/LastPiece"])["jobId"] == last_piece
+        # The current shift's OEE and its factors (Double), the shift's as the API computes it.
+        born = {m["name"]: m for m in birth.metrics}
+        assert all(born[f"/Line/OEE{n}"]["datatype"] == pb.Double for n in ("", "/Availability", "/Performance",
+                                                                             "/Quality"))
+        code, oee = stack.get("/api/oee?by=shift", token)
+        assert code == 200 and oee["items"], oee
+        shift = oee["items"][-1]
+        assert shift["produced"] == 2 and shift["quality"] is not None, shift
+        wait_for(lambda: host.nodes[LINE].live.get("/Line/OEE/Quality") == shift["quality"], 15, 0.05,
+                 lambda: f"Line/OEE/Quality {host.nodes[LINE].live.get('/Line/OEE/Quality')} vs {shift}")
+        live = host.nodes[LINE].live
+        assert live["/Line/Shift"] == shift["shift"] and all(
+            isinstance(live[f"/Line/OEE{n}"], float) for n in ("", "/Availability", "/Performance")), live
         # What the broker acknowledged, as the gateway tells an admin (and no one else).
         assert stack.get("/api/plant/uns", token)[0] == 403
         admin = stack.token("admin")

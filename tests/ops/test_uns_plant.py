@@ -32,7 +32,8 @@ PLANT = ROOT / "deploy" / "plant.yaml"
 ORDERS = {"cell-a": ("BRACKET-A", 3), "cell-b": ("SHAFT-B", 3), "cell-c": ("BRACKET-A", 3)}
 NODE_METRICS = {"/bdSeq", "/Node Control/Rebirth", "/Line/EventSeq", "/Line/PLC Connected", "/Line/Controller",
                 "/Line/Active Orders", "/Line/Completed", "/Line/Scrapped", "/Line/Open Alarms",
-                "/Line/Open Manual Actions", "/Line/LastPiece"}  # docs/uns.md, "Node metrics"
+                "/Line/Open Manual Actions", "/Line/LastPiece", "/Line/Shift", "/Line/OEE", "/Line/OEE/Availability",
+                "/Line/OEE/Performance", "/Line/OEE/Quality"}  # docs/uns.md, "Node metrics"
 
 pytestmark = pytest.mark.slow
 
