@@ -139,10 +139,19 @@ def summary(work: Path, shards: int, elapsed: float) -> None:
     print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" in {elapsed:.1f}s")
 
 
-def store_durations(work: Path, shards: int) -> None:
-    merged: dict[str, float] = {}
-    for index in range(1, shards + 1):
-        merged.update(json.loads((work / f"durations-{index}.json").read_text()))
+def merged_durations(recorded: dict[str, float], shard_files: list[dict[str, float]]) -> dict[str, float]:
+    """The record after a run: each shard's file is the whole record as it started
+    with the times of the tests that shard ran; a test's time is the one that
+    changed (a shard's copy of the others' tests is the old record)."""
+    merged = dict(recorded)
+    for stored in shard_files:
+        merged.update({test: seconds for test, seconds in stored.items() if recorded.get(test) != seconds})
+    return merged
+
+
+def store_durations(work: Path, shards: int, recorded: dict[str, float]) -> None:
+    merged = merged_durations(recorded, [json.loads((work / f"durations-{index}.json").read_text())
+                                         for index in range(1, shards + 1)])
     DURATIONS.write_text(json.dumps(merged, sort_keys=True, indent=1) + "\n")
     print(f"stored {len(merged)} test durations in {DURATIONS.relative_to(ROOT)}")
 
@@ -150,6 +159,7 @@ def store_durations(work: Path, shards: int) -> None:
 def main(argv: list[str]) -> int:
     store = "--store-durations" in argv
     args = [a for a in argv if a != "--store-durations"]
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     shards = shard_count()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="linectl-suite-") as tmp:
@@ -184,7 +194,7 @@ def main(argv: list[str]) -> int:
                       + stalls.read_text(errors="replace"))
         summary(work, shards, time.monotonic() - started)
         if store:
-            store_durations(work, shards)
+            store_durations(work, shards, recorded)
     # 5: "no tests collected" in a shard that got none of a small selection.
     worst = max((0 if code == 5 else code) for code in codes.values())
     if all(code == 5 for code in codes.values()):

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests import conftest
-from tests.run_suite import DURATIONS, ROOT, ignored, module_order, whole_suite
+from tests.run_suite import DURATIONS, ROOT, ignored, merged_durations, module_order, whole_suite
 from tests.support import module_queue
 
 LEFT_OUT = ["--ignore=tests/ops/test_up.py", "--ignore", "tests/gateway/views"]
@@ -47,6 +47,15 @@ def test_ignored_modules_and_folders_are_not_queued():
 def test_a_selection_is_left_to_pytest_split():
     assert not whole_suite(["tests/ops"])
     assert not whole_suite(["-k", "plant"])
+
+
+def test_stored_durations_are_each_test_s_time_from_the_shard_that_ran_it():
+    # Each shard writes the whole record it started from, with its own tests' new times:
+    # the last shard's copy of the others' tests is old and must not win.
+    recorded = {"a::t": 1.0, "b::t": 2.0, "c::t": 3.0}
+    shard_files = [{"a::t": 10.0, "b::t": 2.0, "c::t": 3.0, "new::t": 5.0},
+                   {"a::t": 1.0, "b::t": 20.0, "c::t": 3.0}]
+    assert merged_durations(recorded, shard_files) == {"a::t": 10.0, "b::t": 20.0, "c::t": 3.0, "new::t": 5.0}
 
 
 # A project of its own: each module's fixture and the session's write what they
