@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from tests.ops.crashing import CARRYING, completes_exactly, kill, line_up, reported, start_order
 
-QUANTITY = 6
+QUANTITY = 4
 
 
 def test_clean_hardware_restarts_mid_order_ask_nobody(stack_factory):
