@@ -43,7 +43,7 @@ HEARTBEAT_SECONDS = 5.0
 SHIFT_SECONDS = 10.0  # the current shift's OEE is read this often (and after each piece)
 HISTORY_EVENTS_PER_SECOND = 2000
 HISTORY_UNITS_IN_FLIGHT = 200
-RECONNECT_SECONDS = (0.5, 5.0)
+FIRST_RECONNECT_SECONDS = 0.5  # then twice as long after each failure, up to LINECTL_MQTT_RECONNECT_MAX_SECONDS
 MAX_INFLIGHT = 1000
 PAGE = 500
 
@@ -86,7 +86,7 @@ class EdgeNode:
         self.dead_devices: frozenset[str] = frozenset()
         self._next_connect = 0.0
         self._unreachable_said = False  # the broker's absence is logged once, until it answers again
-        self._backoff = RECONNECT_SECONDS[0]
+        self._backoff = min(FIRST_RECONNECT_SECONDS, self.settings.mqtt_reconnect_max_seconds)
         self._saved = (None, None)
         self._unsaved_messages = 0
         self._saved_at = 0.0
@@ -147,8 +147,10 @@ class EdgeNode:
         if self.client is None and time.monotonic() >= self._next_connect:
             self._connect()
         busy = self.born and self.history and len(self.units) < HISTORY_UNITS_IN_FLIGHT
+        # Without a session: awake for the next try (its back-off), not for the next poll.
+        idle = POLL_SECONDS if self.client else max(0.0, min(POLL_SECONDS, self._next_connect - time.monotonic()))
         try:
-            item = self.inbox.get(timeout=0.05 if busy else POLL_SECONDS)
+            item = self.inbox.get(timeout=0.05 if busy else idle)
             self._handle(item)
             while True:
                 self._handle(self.inbox.get_nowait())
@@ -181,7 +183,7 @@ class EdgeNode:
             # paho tried once and gave up (reconnect_on_failure off): try again, as a new session
             (log.debug if self._unreachable_said else log.warning)(
                 "uns %s: the broker cannot be reached; trying again every %.1f s at most", self.line_id,
-                RECONNECT_SECONDS[1])
+                self.settings.mqtt_reconnect_max_seconds)
             self._unreachable_said = True
             self._end_session(clean=False)
         elif kind == "message":
@@ -195,7 +197,8 @@ class EdgeNode:
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"linectl-uns-{self.group}-{self.line_id}",
                              clean_session=True, reconnect_on_failure=False)
         client.max_inflight_messages_set(MAX_INFLIGHT)
-        client.reconnect_delay_set(1, 5)
+        # paho's own retry of a failed first CONNECT sleeps this long, and ending the session waits for it
+        client.reconnect_delay_set(0.05, 0.05)
         for will in (f.will(self) for f in self.formats):
             if will is not None:
                 client.will_set(will.topic, will.payload, will.qos, will.retain)
@@ -221,7 +224,7 @@ class EdgeNode:
             return
         log.info("uns %s: connected (bdSeq %d)", self.line_id, self.bd_seq)
         self.connected, self._unreachable_said = True, False
-        self._backoff = RECONNECT_SECONDS[0]
+        self._backoff = min(FIRST_RECONNECT_SECONDS, self.settings.mqtt_reconnect_max_seconds)
         topics = [t for f in self.formats for t in f.subscriptions(self)]
         if self.settings.sparkplug_primary_host:
             self.host_online = False  # until the host's STATE says so
@@ -250,7 +253,7 @@ class EdgeNode:
         self.unit_of_mid.clear()
         self.history.clear()
         self._next_connect = time.monotonic() + (0 if clean else self._backoff)
-        self._backoff = min(self._backoff * 2, RECONNECT_SECONDS[1])
+        self._backoff = min(self._backoff * 2, self.settings.mqtt_reconnect_max_seconds)
         if not self.stopping.is_set():
             self.outbox.save(connected=False)
 

@@ -14,7 +14,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .parse import PREFIX, SettingsError, parse_choice
+from .parse import PREFIX, SettingsError, parse_choice, parse_float
 
 FORMATS = ("sparkplug", "json", "both")
 DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
@@ -36,6 +36,7 @@ class MqttSettings:
     sparkplug_group: str | None = None  # None: the plant's id
     sparkplug_primary_host: str | None = None
     uns_prefix: str = "linectl"
+    mqtt_reconnect_max_seconds: float = 5.0  # the longest wait between two tries while the broker is away
 
     @property
     def mqtt_enabled(self) -> bool:
@@ -141,6 +142,7 @@ PARSERS = {
     "SPARKPLUG_GROUP": ("sparkplug_group", _sparkplug_id),
     "SPARKPLUG_PRIMARY_HOST": ("sparkplug_primary_host", _sparkplug_id),
     "UNS_PREFIX": ("uns_prefix", _uns_prefix),
+    "MQTT_RECONNECT_MAX_SECONDS": ("mqtt_reconnect_max_seconds", lambda n, r: parse_float(n, r, 0.0, 300.0)),
 }
 
 

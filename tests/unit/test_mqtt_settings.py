@@ -26,6 +26,8 @@ def test_unset_publishes_nothing_and_defaults_are_the_contracts():
     s = load_settings({"LINECTL_MQTT_URL": "mqtt://broker.plant", "LINECTL_MQTT_FORMAT": "BOTH"})
     assert s.mqtt_endpoint() == ("broker.plant", 1883) and s.mqtt_format == "both"
     assert load_settings({"LINECTL_MQTT_URL": "mqtts://broker:9883"}).mqtt_endpoint() == ("broker", 9883)
+    assert s.mqtt_reconnect_max_seconds == 5.0
+    assert load_settings({"LINECTL_MQTT_RECONNECT_MAX_SECONDS": "0.2"}).mqtt_reconnect_max_seconds == 0.2
 
 
 @pytest.mark.parametrize("env, named", [
@@ -40,6 +42,7 @@ def test_unset_publishes_nothing_and_defaults_are_the_contracts():
     ({"LINECTL_SPARKPLUG_PRIMARY_HOST": "scada#1"}, "LINECTL_SPARKPLUG_PRIMARY_HOST"),
     ({"LINECTL_UNS_PREFIX": "plant/+/x"}, "LINECTL_UNS_PREFIX"),
     ({"LINECTL_UNS_PREFIX": "spBv1.0"}, "LINECTL_UNS_PREFIX"),
+    ({"LINECTL_MQTT_RECONNECT_MAX_SECONDS": "0"}, "LINECTL_MQTT_RECONNECT_MAX_SECONDS"),
 ])
 def test_a_bad_value_is_named(env, named):
     assert refusal(env).startswith(named + ":")
