@@ -77,7 +77,7 @@ def transport(request):
 
 
 def test_a_failover_mid_order_loses_nothing_and_restarts_nobody(floor, replica_pair, nameko_config):
-    quantity = 12
+    quantity = 6
     order = floor.order("SHAFT-B", quantity)
     wait_for(lambda: floor.row("SELECT count(*) AS n FROM job WHERE work_order_id = :o AND status = 'COMPLETED'",
                                o=order["id"]).n >= 2, 60, 0.05, "two pieces done")
