@@ -21,6 +21,10 @@ from shared.wire import iso
 TOKEN = "op-token-oee-000001"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NOW = datetime.now(UTC).replace(microsecond=0)
+# The stops and the planned downtime lie in the whole hour before NOW's: by=hour
+# counts a stop in every hour it overlaps, so one across an hour's start would
+# be counted twice in the hours' sum (NOW in the last 5 minutes of an hour did).
+HOUR = NOW.replace(minute=0, second=0) - timedelta(hours=1)
 
 
 @pytest.fixture
@@ -35,14 +39,14 @@ def client(container_factory, nameko_config, db_url):
 
 @pytest.fixture
 def stop_id(engine, client):
-    """A stop of 5 minutes an hour ago, then running until the test began, as the loop records them."""
+    """A stop of 5 minutes at the last hour's start, then running until the test began, as the loop records them."""
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO line_state_interval (state, started_at, ended_at, seen_at) "
-                          "VALUES ('RUNNING', :a, :b, :b)"), {"a": NOW - timedelta(minutes=55), "b": NOW})
+                          "VALUES ('RUNNING', :a, :b, :b)"), {"a": HOUR + timedelta(minutes=5), "b": NOW})
         return conn.execute(text(
             "INSERT INTO line_state_interval (state, cause, equipment_id, started_at, ended_at, seen_at) "
             "VALUES ('DOWN', 'EQUIPMENT_FAULT', 'MC1', :a, :b, :b) RETURNING id"),
-            {"a": NOW - timedelta(hours=1), "b": NOW - timedelta(minutes=55)}).scalar()
+            {"a": HOUR, "b": HOUR + timedelta(minutes=5)}).scalar()
 
 
 def test_reasons_splits_and_planned_downtime_go_through_the_loop(client, engine, stop_id):
@@ -50,7 +54,7 @@ def test_reasons_splits_and_planned_downtime_go_through_the_loop(client, engine,
     stops = client.get("/api/stops", query_string={**window, "unassigned": "true"}, headers=AUTH).get_json()
     assert [(s["id"], s["cause"], s["seconds"], s["lineId"]) for s in stops["items"]] == [
         (stop_id, "EQUIPMENT_FAULT", 300, "demo-cell")]
-    r = client.post(f"/api/stops/{stop_id}/split", json={"at": iso(NOW - timedelta(minutes=58))}, headers=AUTH)
+    r = client.post(f"/api/stops/{stop_id}/split", json={"at": iso(HOUR + timedelta(minutes=2))}, headers=AUTH)
     assert r.status_code == 200, r.get_json()
     first, second = r.get_json()["stops"]
     r = client.post(f"/api/lines/demo-cell/stops/{second['id']}/reason",
@@ -62,8 +66,8 @@ def test_reasons_splits_and_planned_downtime_go_through_the_loop(client, engine,
     assert (r.status_code, r.get_json()["error"]["code"]) == (404, "NOT_FOUND")
     r = client.post(f"/api/stops/{first['id']}/split", json={"at": iso(NOW)}, headers=AUTH)
     assert (r.status_code, r.get_json()["error"]["code"]) == (400, "VALIDATION_ERROR")
-    r = client.post("/api/planned-downtime", json={"from": iso(NOW - timedelta(minutes=30)),
-                                                   "to": iso(NOW - timedelta(minutes=20)),
+    r = client.post("/api/planned-downtime", json={"from": iso(HOUR + timedelta(minutes=30)),
+                                                   "to": iso(HOUR + timedelta(minutes=40)),
                                                    "reason": "changeover"}, headers=AUTH)
     assert r.status_code == 200 and r.get_json()["createdBy"] == "ann", r.get_json()
     r = client.post("/api/planned-downtime", json={"from": iso(NOW), "to": iso(NOW - timedelta(hours=1)),
