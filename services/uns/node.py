@@ -1,17 +1,12 @@
 """One line as an edge node: its own MQTT session, its outbox, its acknowledgements.
 
 Everything of a node runs on its own thread, serially, as a line's loop does:
-paho's callbacks (on paho's network thread) only put what happened in the
-node's inbox. Each MQTT session is a new paho client (``reconnect_on_failure``
-off): a new CONNECT must carry a new ``bdSeq`` in its Will, and nothing queued
-for a lost session (whose seq numbers the host no longer expects) may be sent
-on the next.
+paho's callbacks only put what happened in the node's inbox. Each MQTT
+session is a new paho client (``services.uns.session``).
 
-**Store and forward.** Every message belongs to a *unit*: the births, or the
-events of one loop transaction, live or historical. A unit is acknowledged
-when the broker has acknowledged (PUBACK) every one of its messages; the
-node's ``acked`` seq moves up over acknowledged units only in seq order and is
-saved in ``uns_node`` (at most every ``SAVE_SECONDS``). After any interruption
+**Store and forward.** The node's ``acked`` seq (``services.uns.acks``: what the
+broker has acknowledged, in seq order) is saved in ``uns_node`` (at most every
+``SAVE_SECONDS``). After any interruption
 the node is born again with current values read at seq S, then publishes the
 events after ``acked`` up to S as historical, at most ``HISTORY_EVENTS_PER_SECOND``,
 between live transactions, which always go first.
@@ -24,19 +19,19 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from itertools import groupby
 
 import paho.mqtt.client as mqtt
 
+from services.uns.acks import Acknowledgements
 from services.uns.commands import CommandDesk
 from services.uns.model import LAST_PIECE, NODE, Catalog, LineModel, event_changes
 from services.uns.outbox import LineOutbox
 from services.uns.port import Format, Message
+from services.uns.session import open_session
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_SECONDS = 5  # the broker sends the Will 1.5 keep-alives after the publisher goes silent
 POLL_SECONDS = 2.0  # the log is read this often without a wake-up (a lost one is caught here)
 SAVE_SECONDS = 1.0
 HEARTBEAT_SECONDS = 5.0
@@ -44,14 +39,7 @@ SHIFT_SECONDS = 10.0  # the current shift's OEE is read this often (and after ea
 HISTORY_EVENTS_PER_SECOND = 2000
 HISTORY_UNITS_IN_FLIGHT = 200
 FIRST_RECONNECT_SECONDS = 0.5  # then twice as long after each failure, up to LINECTL_MQTT_RECONNECT_MAX_SECONDS
-MAX_INFLIGHT = 1000
 PAGE = 500
-
-
-@dataclass
-class Unit:
-    upto: int
-    outstanding: set[int] = field(default_factory=set)
 
 
 class EdgeNode:
@@ -80,9 +68,7 @@ class EdgeNode:
         self.model: LineModel | None = None
         self.live_after = 0
         self.history: list[list[int]] = []  # [after, upto] ranges still to forward as historical
-        self.acked = 0
-        self.units: dict[int, Unit] = {}  # by the seq the unit starts after
-        self.unit_of_mid: dict[int, int] = {}
+        self.acks = Acknowledgements()  # services.uns.acks: what the broker has acknowledged
         self.dead_devices: frozenset[str] = frozenset()
         self._next_connect = 0.0
         self._unreachable_said = False  # the broker's absence is logged once, until it answers again
@@ -127,8 +113,8 @@ class EdgeNode:
         while not self.stopping.is_set():
             try:
                 if self.outbox.ready():
-                    self.acked, self.bd_seq = self.outbox.start()
-                    self._saved = (self.acked, self.bd_seq)
+                    self.acks.acked, self.bd_seq = self.outbox.start()
+                    self._saved = (self.acks.acked, self.bd_seq)
                     break
             except Exception:  # noqa: BLE001 - the database is away: try again
                 log.warning("uns %s: the line's outbox cannot be read yet", self.line_id, exc_info=True)
@@ -146,7 +132,7 @@ class EdgeNode:
     def _turn(self) -> None:
         if self.client is None and time.monotonic() >= self._next_connect:
             self._connect()
-        busy = self.born and self.history and len(self.units) < HISTORY_UNITS_IN_FLIGHT
+        busy = self.born and self.history and self.acks.in_flight() < HISTORY_UNITS_IN_FLIGHT
         # Without a session: awake for the next try (its back-off), not for the next poll.
         idle = POLL_SECONDS if self.client else max(0.0, min(POLL_SECONDS, self._next_connect - time.monotonic()))
         try:
@@ -173,7 +159,7 @@ class EdgeNode:
         if args[0] is not self.client:
             return  # a session already ended
         if kind == "puback":
-            self._acknowledged(args[1])
+            self.acks.acknowledged(args[1])
         elif kind == "connected":
             self._connected(args[1])
         elif kind == "disconnected":
@@ -194,28 +180,9 @@ class EdgeNode:
     def _connect(self) -> None:
         self.bd_seq = (self.bd_seq + 1) % 256  # every CONNECT has its own bdSeq (Sparkplug 3.0)
         self.outbox.save(bd_seq=self.bd_seq, connected=False)
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"linectl-uns-{self.group}-{self.line_id}",
-                             clean_session=True, reconnect_on_failure=False)
-        client.max_inflight_messages_set(MAX_INFLIGHT)
-        # paho's own retry of a failed first CONNECT sleeps this long, and ending the session waits for it
-        client.reconnect_delay_set(0.05, 0.05)
-        for will in (f.will(self) for f in self.formats):
-            if will is not None:
-                client.will_set(will.topic, will.payload, will.qos, will.retain)
-        if self.settings.mqtt_username:
-            client.username_pw_set(self.settings.mqtt_username, self.settings.mqtt_password())
-        if self.settings.mqtt_tls:
-            client.tls_set_context(self.settings.mqtt_ssl_context())
-        put = self.inbox.put
-        client.on_connect = lambda c, _u, _f, rc, _p: put(("connected", c, rc))
-        client.on_disconnect = lambda c, _u, _f, rc, _p: put(("disconnected", c, rc))
-        client.on_connect_fail = lambda c, _u: put(("unreachable", c))
-        client.on_publish = lambda c, _u, mid, _rc, _p: put(("puback", c, mid))
-        client.on_message = lambda c, _u, msg: put(("message", c, msg.topic, msg.payload))
-        self.client = client
-        host, port = self.settings.mqtt_endpoint()
-        client.connect_async(host, port, keepalive=KEEPALIVE_SECONDS)
-        client.loop_start()
+        wills = [w for w in (f.will(self) for f in self.formats) if w is not None]
+        self.client = open_session(self.settings, f"linectl-uns-{self.group}-{self.line_id}", wills, self.inbox.put)
+        self.client.loop_start()
 
     def _connected(self, reason) -> None:
         if getattr(reason, "is_failure", False):
@@ -249,8 +216,7 @@ class EdgeNode:
         except Exception:  # noqa: BLE001
             pass
         self.connected = self.born = False
-        self.units.clear()
-        self.unit_of_mid.clear()
+        self.acks.clear()
         self.history.clear()
         self._next_connect = time.monotonic() + (0 if clean else self._backoff)
         self._backoff = min(self._backoff * 2, self.settings.mqtt_reconnect_max_seconds)
@@ -270,7 +236,7 @@ class EdgeNode:
         if rebirth and model.seq > self.live_after:
             self.history.append([self.live_after, model.seq])
         elif not rebirth:
-            self.history = [[self.acked, model.seq]] if model.seq > self.acked else []
+            self.history = [[self.acks.acked, model.seq]] if model.seq > self.acks.acked else []
         self.model, self.live_after, self.born = model, model.seq, True
         self.dead_devices = frozenset() if model.plc_connected else frozenset(self.catalog.devices)
         live = [d for d in self.catalog.devices if d not in self.dead_devices]
@@ -352,7 +318,7 @@ class EdgeNode:
         self._history_tokens = min(HISTORY_EVENTS_PER_SECOND,
                                    self._history_tokens + (now - self._tokens_at) * HISTORY_EVENTS_PER_SECOND)
         self._tokens_at = now
-        while self.history and self._history_tokens >= 1 and len(self.units) < HISTORY_UNITS_IN_FLIGHT:
+        while self.history and self._history_tokens >= 1 and self.acks.in_flight() < HISTORY_UNITS_IN_FLIGHT:
             after, upto = self.history[0]
             frames = self.outbox.frames_after(after, min(PAGE, int(self._history_tokens) + 1), upto=upto)
             if not frames:
@@ -370,39 +336,19 @@ class EdgeNode:
                 self.history.pop(0)
 
     def _send(self, msgs: list[Message], span: tuple[int, int] | None) -> None:
-        unit = Unit(span[1]) if span else None
-        for m in msgs:
-            info = self.client.publish(m.topic, m.payload, m.qos, m.retain)
-            if unit is not None and m.qos > 0:
-                unit.outstanding.add(info.mid)
-                self.unit_of_mid[info.mid] = span[0]
+        infos = [(m.qos, self.client.publish(m.topic, m.payload, m.qos, m.retain)) for m in msgs]
         self._unsaved_messages += len(msgs)
         if self.counters is not None:
             self.counters.published(self.line_id, len(msgs))
-        if unit is not None:
-            self.units[span[0]] = unit
-            self._advance()
-
-    def _acknowledged(self, mid: int) -> None:
-        start = self.unit_of_mid.pop(mid, None)
-        unit = self.units.get(start) if start is not None else None
-        if unit is not None:
-            unit.outstanding.discard(mid)
-            self._advance()
-
-    def _advance(self) -> None:
-        unit = self.units.get(self.acked)
-        while unit is not None and not unit.outstanding:
-            del self.units[self.acked]
-            self.acked = unit.upto
-            unit = self.units.get(self.acked)
+        if span is not None:
+            self.acks.sent(span, [info.mid for qos, info in infos if qos > 0])
 
     def _save(self, force: bool = False) -> None:
         now = time.monotonic()
-        due = now - self._saved_at >= (SAVE_SECONDS if self._saved[0] != self.acked else HEARTBEAT_SECONDS)
+        due = now - self._saved_at >= (SAVE_SECONDS if self._saved[0] != self.acks.acked else HEARTBEAT_SECONDS)
         if (due or force) and self._saved[1] is not None:
-            self.outbox.save(acked_seq=self.acked, messages=self._unsaved_messages)
-            self._saved, self._unsaved_messages, self._saved_at = (self.acked, self.bd_seq), 0, now
+            self.outbox.save(acked_seq=self.acks.acked, messages=self._unsaved_messages)
+            self._saved, self._unsaved_messages, self._saved_at = (self.acks.acked, self.bd_seq), 0, now
 
     # -- commands and the primary host -------------------------------------------------------
 
