@@ -176,11 +176,12 @@ def test_link_and_robot_edges_bear_strictly_increasing_times(layout):
     assert signals[2][1]["plcState"]["observedAt"] == (read + timedelta(seconds=1)).isoformat()  # as read
 
 
-def test_a_quiet_modbus_plc_is_read_once_a_second_and_an_action_hurries_the_reads(layout, sim):
+def test_a_quiet_modbus_plc_is_read_once_a_second_and_an_action_hurries_the_reads(layout, sim, monkeypatch):
     # Issue 55: an idle line's hardware service does not read its PLC ten times a
     # second; its latched signals still come, at most QUIET_POLL_SECONDS late.
     from services.hardware import watcher as watching
 
+    monkeypatch.setattr(watching, "BUSY_SECONDS", 2.0)  # quiet sooner than the service's 5 s: the same rule
     watcher = SignalWatcher(open_port(sim.address, layout, timeout=5.0, poll_interval=0.1), layout)
     settle(watcher, expect=2)  # connected, the first pallet
     wait_for(lambda: watcher.watch(0.5) == [] and watcher._next_poll > 0,
