@@ -44,8 +44,10 @@ PAGE = 500
 
 class EdgeNode:
     def __init__(self, settings, line_id: str, layout, outbox: LineOutbox, formats: list[Format], group: str,
-                 counters=None, shift_oee=None):
+                 counters=None, shift_oee=None, may_publish=None):
         self.settings = settings
+        # The publisher's fence: False once its lock is not known to be held (services.uns.publisher)
+        self.may_publish = may_publish or (lambda: True)
         self.line_id = line_id
         self.group = group
         self.outbox = outbox
@@ -126,10 +128,16 @@ class EdgeNode:
                 log.warning("uns %s: publishing failed; the session starts again", self.line_id, exc_info=True)
                 self._end_session(clean=False)
                 self.stopping.wait(1.0)
-        self._end_session(clean=True)
+        # An NDEATH only while the lock is ours: else the Will (this session's bdSeq) says it.
+        self._end_session(clean=self.may_publish())
         self._save(force=True)
 
     def _turn(self) -> None:
+        if not self.may_publish():
+            # Another publisher may hold the lock now: nothing is sent, no session is begun,
+            # until this one's lock is confirmed again (or the publisher stops).
+            self.stopping.wait(0.05)
+            return
         if self.client is None and time.monotonic() >= self._next_connect:
             self._connect()
         busy = self.born and self.history and self.acks.in_flight() < HISTORY_UNITS_IN_FLIGHT

@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 
 PUBLISHER_LOCK = 0x756E735F6C6F636B  # "uns_lock": pg_try_advisory_lock's key, one per database (plant)
 LOCK_RETRY_SECONDS = 0.5
-LOCK_CHECK_SECONDS = 1.0
+LOCK_CHECK_SECONDS = 0.5
+# A holder publishes only within this of its last confirmation, and a new holder waits
+# this long before its births: two publishers never overlap, a failover included.
+LOCK_FENCE_SECONDS = 1.5
 PAGE = 500
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 
@@ -29,7 +30,13 @@ from nameko.standalone.events import get_event_exchange
 import shared.transport  # noqa: F401 - registers pgsql:// with kombu
 from services.uns.json_topics import JsonTopics
 from services.uns.node import EdgeNode
-from services.uns.outbox import LOCK_CHECK_SECONDS, LOCK_RETRY_SECONDS, LineOutbox, PublisherLock
+from services.uns.outbox import (
+    LOCK_CHECK_SECONDS,
+    LOCK_FENCE_SECONDS,
+    LOCK_RETRY_SECONDS,
+    LineOutbox,
+    PublisherLock,
+)
 from services.uns.port import Format
 from services.uns.sparkplug import Sparkplug
 from shared import production_stats
@@ -41,6 +48,8 @@ from shared.plant import Plant
 from shared.product_ideals import product_ideal_seconds
 
 log = logging.getLogger(__name__)
+
+CONTROLLER_CHECK_SECONDS = 1.0  # how often the line controllers' queues are looked at (Line/Controller)
 
 
 def formats_for(name: str, settings: Settings) -> list[Format]:
@@ -145,6 +154,25 @@ class Publisher:
         self.lock = PublisherLock(self.engine)
         self.stopping = threading.Event()
         self.nodes: dict[str, EdgeNode] = {}
+        self._lock_ok_until = 0.0  # monotonic: the fence; nodes publish only before it
+        self._lock_lost = threading.Event()
+
+    def may_publish(self) -> bool:
+        return time.monotonic() < self._lock_ok_until and not self._lock_lost.is_set()
+
+    def _watch_lock(self) -> None:
+        """Confirm the lock every LOCK_CHECK_SECONDS, on a thread of its own (the main
+        loop may wait on the transport). Each confirmation moves the fence to its own
+        start + LOCK_FENCE_SECONDS: a holder whose database died stops publishing by
+        then, however long it takes to notice, and a new holder waits that long."""
+        while not self.stopping.is_set():
+            asked = time.monotonic()
+            if not self.lock.held():
+                self._lock_lost.set()
+                self.stopping.set()
+                return
+            self._lock_ok_until = asked + LOCK_FENCE_SECONDS
+            self.stopping.wait(LOCK_CHECK_SECONDS)
 
     def request_stop(self, *_args) -> None:
         self.stopping.set()
@@ -154,6 +182,12 @@ class Publisher:
         while not self.lock.try_take():
             if self.stopping.wait(LOCK_RETRY_SECONDS):
                 return 0
+        # A holder that lost the lock with its database publishes until its fence at most.
+        if self.stopping.wait(LOCK_FENCE_SECONDS):
+            self.lock.release()
+            return 0
+        self._lock_ok_until = time.monotonic() + LOCK_FENCE_SECONDS
+        threading.Thread(target=self._watch_lock, name="uns-lock", daemon=True).start()
         log.info("uns: publisher lock taken; publishing %d line(s) to %s as %s (group %s)",
                  len(self.plant.lines), self.settings.mqtt_url, self.settings.mqtt_format, self.group)
         default = self.plant.default_line.id
@@ -161,7 +195,7 @@ class Publisher:
             outbox = LineOutbox(self.engine, line.id, default=line.id == default)
             self.nodes[line.id] = EdgeNode(self.settings, line.id, line.layout, outbox,
                                            formats_for(self.settings.mqtt_format, self.settings), self.group,
-                                           shift_oee=self._shift_oee(line, outbox))
+                                           shift_oee=self._shift_oee(line, outbox), may_publish=self.may_publish)
         services = {line.id: LineServices.of_line(line.id, line.id == default).line_controller
                     for line in self.plant.lines}
         amqp_uri = nameko_config(self.settings)["AMQP_URI"]
@@ -172,12 +206,11 @@ class Publisher:
         wakes.start()
         self._controllers_seen(controllers)
         status = 0
-        while not self.stopping.wait(LOCK_CHECK_SECONDS):
-            if not self.lock.held():
-                log.error("uns: the publisher lock's session is lost; stopping (another publisher may take over)")
-                status = 1
-                break
+        while not self.stopping.wait(CONTROLLER_CHECK_SECONDS):
             self._controllers_seen(controllers)
+        if self._lock_lost.is_set():
+            log.error("uns: the publisher lock's session is lost; stopping (another publisher may take over)")
+            status = 1
         controllers.close()
         wakes.stop()
         for node in self.nodes.values():
