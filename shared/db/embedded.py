@@ -275,7 +275,10 @@ class EmbeddedPostgres:
         if self.fast:
             # WAL kept small: a test cluster may live in memory (tmpfs)
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off",
-                        "-c max_wal_size=256MB", "-c min_wal_size=64MB"]
+                        "-c max_wal_size=256MB", "-c min_wal_size=64MB",
+                        # a connection that never finishes its start-up (a client stalled or gone)
+                        # holds every DROP DATABASE for this long: 60 s by default
+                        "-c authentication_timeout=10s"]
         self._run(
             [self._bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-t", "60",
              "-l", str(self.pgdata / "server.log"), "-o", " ".join(options), "start"],
