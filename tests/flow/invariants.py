@@ -8,14 +8,16 @@ from sqlalchemy import text
 TERMINAL = ("COMPLETED", "SCRAPPED", "CANCELLED")
 
 
-def replay(engine, buffer_size: int = 8) -> int:
+def replay(engine, buffer_size: int = 8, after: int = 0) -> int:
     """Replay the log transaction by transaction; after each one, no equipment
     slot holds two jobs, no two live jobs share a buffer slot or an equipment
     position, and at most ``buffer_size`` live jobs hold buffer slots.
-    Returns the number of transactions checked."""
+    ``after``: from the event after that seq, the line clear before it (no live
+    job, every slot empty). Returns the number of transactions checked."""
     with engine.connect() as c:
-        frames = c.execute(text("SELECT seq, tx_id, type, payload FROM event_log ORDER BY seq")).fetchall()
-    jobs: dict[int, dict] = {}
+        frames = c.execute(text("SELECT seq, tx_id, type, payload FROM event_log WHERE seq > :after ORDER BY seq"),
+                           {"after": after}).fetchall()
+    live: dict[int, dict] = {}  # the jobs not (yet) terminal, as last logged
     slots: dict[tuple[str, int], int | None] = {}
     txs = 0
     for i, f in enumerate(frames):
@@ -30,14 +32,16 @@ def replay(engine, buffer_size: int = 8) -> int:
                     f"seq {f.seq}: job {p['currentJobId']} into {key} held by job {holder}"
                 slots[key] = p["currentJobId"]
         elif f.type.startswith("Job") or f.type == "StepCompleted":
-            jobs[p["id"]] = p
+            if p["status"] in TERMINAL:
+                live.pop(p["id"], None)
+            else:
+                live[p["id"]] = p
         if i + 1 == len(frames) or frames[i + 1].tx_id != f.tx_id:
             txs += 1
-            live = [j for j in jobs.values() if j["status"] not in TERMINAL]
-            buffer = [j["tempSlotNo"] for j in live if j["tempSlotNo"] is not None]
+            buffer = [j["tempSlotNo"] for j in live.values() if j["tempSlotNo"] is not None]
             assert len(buffer) <= buffer_size, f"tx {f.tx_id}: {len(buffer)} pieces on the buffer"
             assert len(buffer) == len(set(buffer)), f"tx {f.tx_id}: two jobs on one buffer slot"
-            places = [j["positionRefId"] for j in live if j["positionType"] == "ON_EQUIPMENT"]
+            places = [j["positionRefId"] for j in live.values() if j["positionType"] == "ON_EQUIPMENT"]
             assert len(places) == len(set(places)), f"tx {f.tx_id}: two jobs in one equipment slot"
     return txs
 
