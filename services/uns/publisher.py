@@ -17,6 +17,7 @@ event log, and neither ``/readyz`` nor any line looks at the broker."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -169,8 +170,12 @@ class Publisher:
             asked = time.monotonic()
             if not self.lock.held():
                 self._lock_lost.set()
-                self.stopping.set()
-                return
+                # Out at once: its node threads and transport may wait on the dead database for
+                # long. The broker sends each node's Will (its own bdSeq); `linectl up` restarts
+                # this process as a standby; acks not yet saved are forwarded again (at least once).
+                log.error("uns: the publisher lock's session is lost; exiting (another publisher may take over)")
+                logging.shutdown()
+                os._exit(1)
             self._lock_ok_until = asked + LOCK_FENCE_SECONDS
             self.stopping.wait(LOCK_CHECK_SECONDS)
 
