@@ -51,14 +51,22 @@ def make_ca(directory: Path) -> dict[str, Path]:
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
           .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
           .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a CA names its key use and identifier
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
     import ipaddress
     server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
               .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
               .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
                                                           x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                             critical=False).sign(ca_key, hashes.SHA256()))
+                             critical=False)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+              .sign(ca_key, hashes.SHA256()))
     files = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server.key"}
     files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
