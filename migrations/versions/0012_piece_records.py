@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from shared.db.lines import PUBLIC, line_schemas, quote
+from shared.db.lines import PUBLIC, draw_ids_from_public, line_schemas, quote
 from shared.piece_rebuild import rebuild_from_log
 
 revision = '0012'
@@ -109,13 +109,7 @@ def upgrade() -> None:
         _create(schema)
     # Each line's own ids draw on public's sequences (shared.db.lines), as its other tables do.
     for schema in schemas:
-        if schema == PUBLIC:
-            continue
-        for table in ("piece_step", "piece_entry"):
-            conn.execute(sa.text(
-                f"ALTER TABLE {quote(schema)}.{table} ALTER COLUMN id SET DEFAULT "
-                f"nextval('public.{table}_id_seq'::regclass)"))
-            conn.execute(sa.text(f"DROP SEQUENCE IF EXISTS {quote(schema)}.{table}_id_seq"))
+        draw_ids_from_public(conn, schema, ("piece_step", "piece_entry"))
     for schema in schemas:
         line_id = _line_of(conn, schema)
         conn.execute(sa.text(f"SET LOCAL search_path TO {quote(schema)}, public"))

@@ -9,7 +9,7 @@ first runs at this revision."""
 import sqlalchemy as sa
 from alembic import op
 
-from shared.db.lines import PUBLIC, line_schemas, quote
+from shared.db.lines import draw_ids_from_public, line_schemas
 
 revision = '0013'
 down_revision = '0012'
@@ -63,13 +63,7 @@ def upgrade() -> None:
         _create(schema)
     # Each line's own ids draw on public's sequences (shared.db.lines), as its other tables do.
     for schema in schemas:
-        if schema == PUBLIC:
-            continue
-        for table in TABLES:
-            conn.execute(sa.text(
-                f"ALTER TABLE {quote(schema)}.{table} ALTER COLUMN id SET DEFAULT "
-                f"nextval('public.{table}_id_seq'::regclass)"))
-            conn.execute(sa.text(f"DROP SEQUENCE IF EXISTS {quote(schema)}.{table}_id_seq"))
+        draw_ids_from_public(conn, schema, TABLES)
 
 
 def downgrade() -> None:

@@ -98,6 +98,17 @@ def placements(conn) -> dict[str, LinePlacement]:
     return {r.id: LinePlacement(r.id, r.schema_name, r.role_name) for r in rows}
 
 
+def draw_ids_from_public(conn, schema: str, tables) -> None:
+    """A line's copies of ``tables`` take their ids from ``public``'s sequences (ids
+    unique across the plant, as its other tables); the copies' own sequences go."""
+    if schema == PUBLIC:
+        return
+    for table in tables:
+        conn.execute(text(f"ALTER TABLE {quote(schema)}.{table} ALTER COLUMN id SET DEFAULT "
+                          f"nextval('public.{table}_id_seq'::regclass)"))
+        conn.execute(text(f"DROP SEQUENCE IF EXISTS {quote(schema)}.{table}_id_seq"))
+
+
 def line_schemas(conn) -> list[str]:
     """Every line's schema, ``public`` first. A migration that changes a line table
     changes it in each of these (``SET LOCAL search_path`` to each in turn)."""
