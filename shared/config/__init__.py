@@ -13,7 +13,9 @@ parsers: ``database``, ``transport`` (and the nameko config), ``line`` (data
 directory, layout, logging, the loop's timings), ``gateway``, ``plc`` (the PLC,
 its protocol, the simulator), ``tokens``, ``ai``, ``retention``, ``people`` (sessions,
 LDAP, TLS), ``mqtt`` (the northbound broker); ``settings``
-joins them and reads them; ``parse`` holds the shared parsers.
+joins them, reads them and derives what needs several of them (the nameko
+config, generated tokens); ``parse`` holds the shared parsers. The area
+modules import only ``parse``: never ``settings`` nor each other.
 """
 
 from .ai import AiSettings
@@ -25,19 +27,18 @@ from .parse import PREFIX, SettingsError
 from .people import PeopleSettings, check_bind
 from .plc import PlcSettings
 from .retention import MAX_RETENTION_DAYS, RetentionSettings
-from .settings import Settings, load_settings
+from .settings import Settings, ensure_tokens, load_settings, nameko_config
 from .tokens import (
     MIN_TOKEN_LENGTH,
     PLACEHOLDER_MARKERS,
     ROLES,
     TokenHolder,
     TokenSettings,
-    ensure_tokens,
     parse_tokens,
     parse_tokens_file,
     read_tokens_file,
 )
-from .transport import TransportSettings, nameko_config
+from .transport import TransportSettings
 
 __all__ = [
     "AiSettings", "DatabaseSettings", "GatewaySettings", "LAYOUT_NAME", "LineSettings", "MAX_RETENTION_DAYS",

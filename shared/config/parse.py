@@ -4,6 +4,8 @@ naming the variable (``linectl`` prints it and exits with status 2)."""
 from __future__ import annotations
 
 PREFIX = "LINECTL_"
+# Who a token or a person may be: the tokens and the LDAP groups both name them.
+ROLES = ("operator", "platform", "runtime", "admin")
 
 
 class SettingsError(ValueError):

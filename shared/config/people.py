@@ -16,8 +16,7 @@ from pathlib import Path
 
 from argon2 import DEFAULT_MEMORY_COST, DEFAULT_TIME_COST
 
-from .parse import PREFIX, SettingsError, parse_bool, parse_int
-from .tokens import ROLES
+from .parse import PREFIX, ROLES, SettingsError, parse_bool, parse_int
 
 DEFAULT_LDAP_FILTER = "(uid={username})"
 

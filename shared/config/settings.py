@@ -1,17 +1,21 @@
 """The one :class:`Settings` (every area's fields together) and how it is read:
-the environment, over a YAML file named by ``LINECTL_CONFIG``."""
+the environment, over a YAML file named by ``LINECTL_CONFIG``; and what is
+derived from several areas at once (the nameko config, generated tokens).
+
+The area modules never import this one: it composes them."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
 from . import ai, database, gateway, line, mqtt, people, plc, retention, tokens, transport
-from .parse import PREFIX, SettingsError
+from .parse import PREFIX, ROLES, SettingsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,3 +76,36 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     people.check_people(values)
     mqtt.check_mqtt(values)
     return Settings(**values)
+
+
+def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
+    """The nameko config dict for a service process, derived from settings."""
+    db = database_url or settings.database_url
+    return {
+        "AMQP_URI": settings.resolved_amqp_uri(db),
+        "serializer": "json",
+        "max_workers": 20,
+        "parent_calls_tracked": 10,
+        "LINECTL_DATABASE_URL": db,
+        "LINECTL_DB_ROLES": settings.db_roles,
+    }
+
+
+def ensure_tokens(settings: Settings) -> Settings:
+    """Tokens from settings, else from ``<data_dir>/tokens``, else generated there
+    (then that file is ``tokens_file``: the gateway re-reads it when it changes).
+
+    Generated tokens are written once (mode 0600) and reported by the caller;
+    they are never logged.
+    """
+    if settings.tokens:
+        return settings
+    path = Path(settings.data_dir) / "tokens"
+    if path.exists():
+        return settings.replace(tokens=tokens.read_tokens_file(path, "TOKENS"), tokens_file=path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pairs = ",".join(f"{role}:{secrets.token_urlsafe(24)}" for role in ROLES)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(pairs + "\n")
+    return settings.replace(tokens=tokens.parse_tokens("TOKENS", pairs), tokens_generated=True, tokens_file=path)

@@ -5,18 +5,11 @@ once into the data directory."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .parse import PREFIX, SettingsError
+from .parse import PREFIX, ROLES, SettingsError
 
-if TYPE_CHECKING:
-    from .settings import Settings
-
-ROLES = ("operator", "platform", "runtime", "admin")
 # The example file's values: a deployment that copied it unchanged is refused.
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "placeholder", "example", "xxxxxxxx")
 MIN_TOKEN_LENGTH = 16
@@ -105,26 +98,6 @@ def tokens_from_file(values: dict) -> None:
         if values.get("tokens"):
             raise SettingsError(f"{PREFIX}TOKENS_FILE: set it or {PREFIX}TOKENS, not both")
         values["tokens"] = read_tokens_file(values["tokens_file"])
-
-
-def ensure_tokens(settings: Settings) -> Settings:
-    """Tokens from settings, else from ``<data_dir>/tokens``, else generated there
-    (then that file is ``tokens_file``: the gateway re-reads it when it changes).
-
-    Generated tokens are written once (mode 0600) and reported by the caller;
-    they are never logged.
-    """
-    if settings.tokens:
-        return settings
-    path = Path(settings.data_dir) / "tokens"
-    if path.exists():
-        return settings.replace(tokens=read_tokens_file(path, "TOKENS"), tokens_file=path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pairs = ",".join(f"{role}:{secrets.token_urlsafe(24)}" for role in ROLES)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(pairs + "\n")
-    return settings.replace(tokens=parse_tokens("TOKENS", pairs), tokens_generated=True, tokens_file=path)
 
 
 PARSERS = {

@@ -4,13 +4,9 @@ over (``pgsql://`` on the database unless set), and the nameko config."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .parse import PREFIX, SettingsError
-
-if TYPE_CHECKING:
-    from .settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,19 +33,6 @@ def _amqp_uri(name: str, raw: str) -> str:
             f"{PREFIX}{name}: expected pgsql://… or amqp://…, got scheme {scheme!r}"
         )
     return raw
-
-
-def nameko_config(settings: Settings, database_url: str | None = None) -> dict:
-    """The nameko config dict for a service process, derived from settings."""
-    db = database_url or settings.database_url
-    return {
-        "AMQP_URI": settings.resolved_amqp_uri(db),
-        "serializer": "json",
-        "max_workers": 20,
-        "parent_calls_tracked": 10,
-        "LINECTL_DATABASE_URL": db,
-        "LINECTL_DB_ROLES": settings.db_roles,
-    }
 
 
 PARSERS = {

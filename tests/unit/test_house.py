@@ -1,8 +1,8 @@
 """The house rules a program can check (HOUSE.md, issue 37): every module under
 services/, shared/ and gateway/ is under 400 lines and every function under 60,
 and no project module imports itself back through others, whether at module
-level or from inside a function (an import in a function does not remove a
-circle, it only hides it until that function runs)."""
+level, from inside a function or for type checkers only (an import in a function
+or under ``TYPE_CHECKING`` does not remove a circle, it only hides it)."""
 
 from __future__ import annotations
 
@@ -33,23 +33,14 @@ def function_lengths(tree: ast.AST):
             yield node.name, node.lineno, node.end_lineno - node.lineno + 1
 
 
-def _run_time_nodes(tree: ast.AST):
-    """Every node but those under ``if TYPE_CHECKING:`` (read by type checkers only)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
-
-
 def imported(name: str, path: Path, tree: ast.AST, known) -> set[str]:
-    """The project modules ``name`` imports anywhere in its text, at run time."""
+    """The project modules ``name`` imports anywhere in its text: at module level, in a
+    function, or under ``if TYPE_CHECKING:`` (a module that names another's types
+    depends on it as much as one that calls it: ``shared.config``'s parsers and its
+    ``Settings`` closed a circle that way, issue 55)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
-    for node in _run_time_nodes(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -117,13 +108,21 @@ def test_no_project_module_imports_itself_back(parsed):
     assert cycles(graph) == []
 
 
+def test_config_areas_import_only_the_shared_parsers(parsed):
+    """shared.config: each area's module (fields, parsers, checks) stands on ``parse``
+    alone; ``settings`` composes them, and none of them imports it or each other."""
+    areas = {name for name in parsed if name.startswith("shared.config.")} - {"shared.config.settings"}
+    leaning = {name: sorted(imported(name, *parsed[name], parsed) - {"shared.config.parse"}) for name in areas}
+    assert {name: deps for name, deps in leaning.items() if deps} == {}
+
+
 def test_the_checks_see_what_they_look_for():
     """The checkers themselves: a long function; a circle closed by a function's
-    import; none from an import only type checkers read."""
+    import; another closed by an import only type checkers read."""
     tree = ast.parse("def f():\n" + "    x = 1\n" * 60)
     assert [n for *_, n in function_lengths(tree)] == [61]
     sources = {"p.a": "from p import b\n", "p.b": "def g():\n    from .c import h\n",
                "p.c": "import p.a\nif TYPE_CHECKING:\n    from p.d import y\n", "p.d": "from p.c import x\n"}
     graph = {name: imported(name, Path(name.replace(".", "/") + ".py"), ast.parse(text), sources)
              for name, text in sources.items()}
-    assert cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert cycles(graph) == [["p.a", "p.b", "p.c", "p.d"]]
