@@ -10,18 +10,11 @@ records (``shared.oee``, ``shared.downtime``); ``/api/stats`` is untouched."""
 
 from __future__ import annotations
 
-import csv
-import io
-
-from flask import Response, request
-
 from gateway import oee_schemas as s
 from gateway.api.blueprint import Blueprint, LineBlueprint
 from gateway.api.common import (
-    QUERY_ERRORS,
     check_id,
     command_view,
-    document_errors,
     parse_instant,
     query_view,
     read_session,
@@ -29,7 +22,8 @@ from gateway.api.common import (
     run_command,
     window_of,
 )
-from gateway.auth import may_see_line, require
+from gateway.api.csv_reply import by_columns, csv_response, wants_csv
+from gateway.auth import may_see_line
 from gateway.context import current_line, gateway_context
 from gateway.errors import ApiError
 from gateway.lines import LineNotReady, LinePort
@@ -56,20 +50,6 @@ def _microstop() -> float:
     return gateway_context().settings.microstop_seconds
 
 
-def _wants_csv() -> bool:
-    return request.accept_mimetypes.best_match(["application/json", "text/csv"]) == "text/csv"
-
-
-def _csv(rows: list[dict], columns: tuple[str, ...], name: str) -> Response:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
-    return Response(out.getvalue(), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
-
-
 def line_oee(line: LinePort, window, by: str) -> list[dict]:
     ideals = product_ideal_seconds(line.layout)
     scale = line.ideal_scale()
@@ -84,8 +64,8 @@ def line_oee(line: LinePort, window, by: str) -> list[dict]:
 
 
 def _oee_reply(window, by: str, items: list[dict], plant: list[dict], name: str):
-    if _wants_csv():
-        return _csv(plant + items, OEE_COLUMNS, name)
+    if wants_csv():
+        return csv_response(by_columns(plant + items, OEE_COLUMNS), OEE_COLUMNS, name)
     return reply({"from": iso(window.start), "to": iso(min(window.end, window.now)), "by": by,
                   "timezone": _calendar().timezone, "items": items, "plant": plant})
 
@@ -99,11 +79,7 @@ def get_oee(args):
     return _oee_reply(window, args["by"], line_oee(line, window, args["by"]), [], f"oee-{line.id}")
 
 
-@plant_blp.route("/plant/oee", methods=["GET"])
-@require("operator")
-@plant_blp.arguments(s.OeeArgsSchema, location="query")
-@plant_blp.response(200, s.OeeSchema)
-@document_errors(plant_blp, *QUERY_ERRORS)
+@query_view(plant_blp, "/plant/oee", s.OeeArgsSchema, s.OeeSchema)
 def get_plant_oee(args):
     """Every (visible) line's items, and the plant's per period: the lines' inputs
     added up and the figures made from those sums."""
@@ -126,8 +102,8 @@ def list_stops(args):
         found = downtime.stops(session.connection(), window.start, window.end, window.now, _microstop(),
                                args.get("unassigned"))
     items = [line.of_line(stop.to_json()) for stop in found[:args["limit"]]]
-    if _wants_csv():
-        return _csv(items, STOP_COLUMNS, f"stops-{line.id}")
+    if wants_csv():
+        return csv_response(by_columns(items, STOP_COLUMNS), STOP_COLUMNS, f"stops-{line.id}")
     return reply({"items": items, "nextCursor": None, "truncated": len(found) > args["limit"]})
 
 
@@ -176,11 +152,7 @@ def add_planned_downtime(body):
                                               "to": _instant("to", body["to"]), "reason": body["reason"]})
 
 
-@plant_blp.route("/plant/shifts", methods=["GET"])
-@require("operator")
-@plant_blp.arguments(s.OeeArgsSchema(only=("from_", "to")), location="query")
-@plant_blp.response(200, s.ShiftListSchema)
-@document_errors(plant_blp, *QUERY_ERRORS)
+@query_view(plant_blp, "/plant/shifts", s.OeeArgsSchema(only=("from_", "to")), s.ShiftListSchema)
 def get_shifts(args):
     """The shift instances over ``from``/``to`` (default the last 8 hours; the whole
     instances that overlap it), computed in the plant's time zone."""
@@ -190,10 +162,7 @@ def get_shifts(args):
                   "items": [i.to_json() for i in calendar.instances(window.start, window.end)]})
 
 
-@plant_blp.route("/plant/downtime-reasons", methods=["GET"])
-@require("operator")
-@plant_blp.response(200, s.ReasonListSchema)
-@document_errors(plant_blp, 401, 403)
+@query_view(plant_blp, "/plant/downtime-reasons", None, s.ReasonListSchema, 401, 403)
 def get_reasons():
     """The plant's reason tree (parents before children), with names in zh-CN and en."""
     return reply({"items": [r.to_json() for r in _calendar().reason_tree]})

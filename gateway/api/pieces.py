@@ -7,16 +7,9 @@ loop writes (``shared.piece_query``)."""
 
 from __future__ import annotations
 
-import csv
-import io
-
-from flask import Response, request, stream_with_context
-
 from gateway import piece_schemas, schemas
 from gateway.api.blueprint import Blueprint, LineBlueprint
 from gateway.api.common import (
-    QUERY_ERRORS,
-    document_errors,
     of_line,
     parse_instant,
     parse_statuses,
@@ -24,7 +17,8 @@ from gateway.api.common import (
     read_session,
     reply,
 )
-from gateway.auth import may_see_line, require
+from gateway.api.csv_reply import csv_response, wants_csv
+from gateway.auth import may_see_line
 from gateway.context import current_line, gateway_context
 from gateway.errors import ApiError
 from gateway.lines import LineNotReady
@@ -48,42 +42,21 @@ def _filter(args: dict) -> pq.PieceFilter:
                           equipment_id=args.get("equipmentId"))
 
 
-def _wants_csv() -> bool:
-    return request.accept_mimetypes.best_match(["application/json", "text/csv"]) == "text/csv"
-
-
 @query_view(blp, "/pieces", piece_schemas.PieceListArgsSchema, piece_schemas.PiecePageSchema)
 def list_pieces(args):
     """The line's pieces, oldest first; ``Accept: text/csv``: every matching piece's
     whole record, streamed (no paging: ``limit`` and ``cursor`` do not apply)."""
     f = _filter(args)
-    if _wants_csv():
-        return _csv(f)
+    if wants_csv():
+        line = current_line()
+        rows = (pq.csv_row(line.id, record) for record in pq.records(read_session, f, CSV_BATCH))
+        return csv_response(rows, pq.CSV_COLUMNS, f"pieces-{line.id}")
     with read_session() as session:
         try:
             items, nxt = pq.list_pieces(session, f, args["limit"], args.get("cursor"))
         except pq.BadCursor:
             raise ApiError(400, "VALIDATION_ERROR", "cursor: not a cursor") from None
     return reply({"items": [of_line(i) for i in items], "nextCursor": nxt})
-
-
-def _csv(f: pq.PieceFilter) -> Response:
-    line = current_line()
-
-    def rows():
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(pq.CSV_COLUMNS)
-        for n, record in enumerate(pq.records(read_session, f, CSV_BATCH), 1):
-            writer.writerow(pq.csv_row(line.id, record))
-            if n % 100 == 0:  # a chunk per hundred pieces: constant memory, few writes
-                yield out.getvalue()
-                out.seek(0)
-                out.truncate()
-        yield out.getvalue()
-
-    return Response(stream_with_context(rows()), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="pieces-{line.id}.csv"'})
 
 
 @query_view(blp, "/pieces/<serial>", None, piece_schemas.PieceSchema, 401, 403, 404)
@@ -99,11 +72,7 @@ def get_piece(serial):
     return reply(of_line(record))
 
 
-@plant_blp.route("/plant/pieces", methods=["GET"])
-@require("operator")
-@plant_blp.arguments(piece_schemas.PlantPieceArgsSchema, location="query")
-@plant_blp.response(200, piece_schemas.PiecePageSchema)
-@document_errors(plant_blp, *QUERY_ERRORS)
+@query_view(plant_blp, "/plant/pieces", piece_schemas.PlantPieceArgsSchema, piece_schemas.PiecePageSchema)
 def find_on_every_line(args):
     """The pieces with this serial on every line the caller may see (a line without
     tables yet has none)."""

@@ -11,7 +11,7 @@ from sqlalchemy import func, select, text
 
 from gateway import schemas
 from gateway.api.blueprint import Blueprint
-from gateway.api.common import QUERY_ERRORS, document_errors, reply, window_of
+from gateway.api.common import document_errors, query_view, reply, window_of
 from gateway.api.health import UNS_HEARTBEAT_STALE_SECONDS
 from gateway.auth import may_see_line, require
 from gateway.context import gateway_context
@@ -103,11 +103,7 @@ def plant_output(lines: list[dict]) -> dict:
             "scrapRate": round(scrapped / finished, 4) if finished else None}
 
 
-@blp.route("/plant/stats", methods=["GET"])
-@require("operator")
-@blp.arguments(schemas.WindowArgsSchema, location="query")
-@blp.response(200, schemas.PlantStatsSchema)
-@document_errors(blp, *QUERY_ERRORS)
+@query_view(blp, "/plant/stats", schemas.WindowArgsSchema, schemas.PlantStatsSchema)
 def get_plant_stats(args):
     """Output over ``from``/``to`` (as ``/api/stats``): the plant's and each line's."""
     window = window_of(args)
