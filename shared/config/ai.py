@@ -7,15 +7,7 @@ import base64
 import binascii
 import dataclasses
 
-from .parse import PREFIX, SettingsError, parse_float, parse_int
-
-
-@dataclasses.dataclass(frozen=True)
-class AiSettings:
-    ai_lock_seconds: int = 60
-    ai_timeout_seconds: int = 120
-    ai_retry_backoff_seconds: float = 2.0
-    ai_credential_key: str | None = None  # Fernet key; unset -> <data_dir>/ai_credential.key
+from .parse import PREFIX, SettingsError, floats, ints, setting
 
 
 def _fernet_key(name: str, raw: str) -> str:
@@ -29,9 +21,9 @@ def _fernet_key(name: str, raw: str) -> str:
     return raw
 
 
-PARSERS = {
-    "AI_LOCK_SECONDS": ("ai_lock_seconds", lambda n, r: parse_int(n, r, 1, 86400)),
-    "AI_TIMEOUT_SECONDS": ("ai_timeout_seconds", lambda n, r: parse_int(n, r, 1, 86400)),
-    "AI_RETRY_BACKOFF_SECONDS": ("ai_retry_backoff_seconds", lambda n, r: parse_float(n, r, -1.0, 3600.0)),
-    "AI_CREDENTIAL_KEY": ("ai_credential_key", _fernet_key),
-}
+@dataclasses.dataclass(frozen=True)
+class AiSettings:
+    ai_lock_seconds: int = setting(60, ints(1, 86400))
+    ai_timeout_seconds: int = setting(120, ints(1, 86400))
+    ai_retry_backoff_seconds: float = setting(2.0, floats(-1.0, 3600.0))
+    ai_credential_key: str | None = setting(None, _fernet_key)  # Fernet key; unset -> <data_dir>/ai_credential.key

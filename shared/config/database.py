@@ -6,19 +6,7 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import urlsplit
 
-from .parse import PREFIX, SettingsError, parse_bool, parse_int
-
-
-@dataclasses.dataclass(frozen=True)
-class DatabaseSettings:
-    database_url: str | None = None
-    embedded_pg_port: int = 54329
-    # Each process's domain connections take their writer role (shared.db.roles).
-    db_roles: bool = True
-
-    def db_role(self, role: str) -> str | None:
-        """The PostgreSQL role a process's domain connections take, or None when off."""
-        return role if self.db_roles else None
+from .parse import PREFIX, SettingsError, ints, parse_bool, setting
 
 
 def server_list(url: str) -> list[tuple[str, int | None]]:
@@ -67,9 +55,13 @@ def mask_url(url: str, mask: str = "***") -> str:
     return parts._replace(netloc=f"{userinfo.partition(':')[0]}:{mask}@{hostlist}").geturl()
 
 
-# name -> (field, parser)
-PARSERS = {
-    "DATABASE_URL": ("database_url", _db_url),
-    "EMBEDDED_PG_PORT": ("embedded_pg_port", lambda n, r: parse_int(n, r, 1024, 65535)),
-    "DB_ROLES": ("db_roles", parse_bool),
-}
+@dataclasses.dataclass(frozen=True)
+class DatabaseSettings:
+    database_url: str | None = setting(None, _db_url)
+    embedded_pg_port: int = setting(54329, ints(1024, 65535))
+    # Each process's domain connections take their writer role (shared.db.roles).
+    db_roles: bool = setting(True, parse_bool)
+
+    def db_role(self, role: str) -> str | None:
+        """The PostgreSQL role a process's domain connections take, or None when off."""
+        return role if self.db_roles else None

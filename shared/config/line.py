@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .parse import parse_choice, parse_float
+from .parse import choice, expanded_path, floats, setting
 
 LAYOUT_NAME = "line.yaml"
 SHARED = Path(__file__).resolve().parent.parent  # the ``shared`` package
@@ -25,25 +25,14 @@ def default_line_file() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class LineSettings:
-    data_dir: Path = Path("var")
-    line_file: Path = dataclasses.field(default_factory=default_line_file)
+    data_dir: Path = setting(Path("var"), expanded_path)
+    line_file: Path = setting(parse=expanded_path, default_factory=default_line_file)
     # Several lines (shared.plant): unset, the plant is the one line of line_file.
-    plant_file: Path | None = None
-    log_level: str = "INFO"
-    log_format: str = "text"
+    plant_file: Path | None = setting(None, expanded_path)
+    log_level: str = setting("INFO", choice(("DEBUG", "INFO", "WARNING", "ERROR")))
+    log_format: str = setting("text", choice(("text", "json")))
     # A robot/tool step with no result by then suspends its job for the operator.
-    step_timeout_seconds: float = 150.0
+    step_timeout_seconds: float = setting(150.0, floats(1.0, 86400.0))
     # A machine cycle running longer than this many times its cycleSeconds is
     # overdue: an alarm and the operator's question (CYCLE_OVERDUE); never moved by itself.
-    cycle_overdue_factor: float = 3.0
-
-
-PARSERS = {
-    "DATA_DIR": ("data_dir", lambda n, r: Path(r).expanduser()),
-    "STEP_TIMEOUT_SECONDS": ("step_timeout_seconds", lambda n, r: parse_float(n, r, 1.0, 86400.0)),
-    "CYCLE_OVERDUE_FACTOR": ("cycle_overdue_factor", lambda n, r: parse_float(n, r, 0.01, 1000.0)),
-    "LINE_FILE": ("line_file", lambda n, r: Path(r).expanduser()),
-    "PLANT_FILE": ("plant_file", lambda n, r: Path(r).expanduser()),
-    "LOG_LEVEL": ("log_level", lambda n, r: parse_choice(n, r, ("DEBUG", "INFO", "WARNING", "ERROR"))),
-    "LOG_FORMAT": ("log_format", lambda n, r: parse_choice(n, r, ("text", "json"))),
-}
+    cycle_overdue_factor: float = setting(3.0, floats(0.01, 1000.0))

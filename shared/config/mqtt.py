@@ -14,7 +14,7 @@ import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .parse import PREFIX, SettingsError, parse_choice, parse_float
+from .parse import PREFIX, SettingsError, choice, floats, setting
 
 FORMATS = ("sparkplug", "json", "both")
 DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
@@ -22,55 +22,6 @@ DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 # wildcards nor the separator (Sparkplug 3.0.0, "Topic Namespace Elements").
 _SPARKPLUG_ID = re.compile(r"^[^/+#\s]{1,64}$")
 _PREFIX_LEVEL = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-@dataclasses.dataclass(frozen=True)
-class MqttSettings:
-    mqtt_url: str | None = None
-    mqtt_username: str | None = None
-    mqtt_password_file: Path | None = None
-    mqtt_ca_file: Path | None = None
-    mqtt_cert_file: Path | None = None
-    mqtt_key_file: Path | None = None
-    mqtt_format: str = "sparkplug"
-    sparkplug_group: str | None = None  # None: the plant's id
-    sparkplug_primary_host: str | None = None
-    uns_prefix: str = "linectl"
-    mqtt_reconnect_max_seconds: float = 5.0  # the longest wait between two tries while the broker is away
-
-    @property
-    def mqtt_enabled(self) -> bool:
-        return self.mqtt_url is not None
-
-    @property
-    def mqtt_tls(self) -> bool:
-        return (self.mqtt_url or "").startswith("mqtts:")
-
-    def mqtt_endpoint(self) -> tuple[str, int]:
-        """The broker's host and port."""
-        parts = urlsplit(self.mqtt_url or "")
-        return parts.hostname or "", parts.port or DEFAULT_PORTS[parts.scheme]
-
-    def mqtt_password(self) -> str | None:
-        """The password file's first line (read when connecting, so a rotated file is taken)."""
-        if self.mqtt_password_file is None:
-            return None
-        return self.mqtt_password_file.read_text().splitlines()[0] if self.mqtt_password_file.stat().st_size else ""
-
-    def mqtt_ssl_context(self) -> ssl.SSLContext | None:
-        """The client's TLS context for ``mqtts://`` (the CA file, else the system's)."""
-        if not self.mqtt_tls:
-            return None
-        context = ssl.create_default_context(cafile=str(self.mqtt_ca_file) if self.mqtt_ca_file else None)
-        if self.mqtt_cert_file is not None:
-            context.load_cert_chain(str(self.mqtt_cert_file), str(self.mqtt_key_file))
-        return context
-
-    def publishes_sparkplug(self) -> bool:
-        return self.mqtt_format in ("sparkplug", "both")
-
-    def publishes_json(self) -> bool:
-        return self.mqtt_format in ("json", "both")
 
 
 def _mqtt_url(name: str, raw: str) -> str:
@@ -131,19 +82,54 @@ def _uns_prefix(name: str, raw: str) -> str:
     return value
 
 
-PARSERS = {
-    "MQTT_URL": ("mqtt_url", _mqtt_url),
-    "MQTT_USERNAME": ("mqtt_username", _text),
-    "MQTT_PASSWORD_FILE": ("mqtt_password_file", _file),
-    "MQTT_CA_FILE": ("mqtt_ca_file", _file),
-    "MQTT_CERT_FILE": ("mqtt_cert_file", _file),
-    "MQTT_KEY_FILE": ("mqtt_key_file", _file),
-    "MQTT_FORMAT": ("mqtt_format", lambda n, r: parse_choice(n, r, FORMATS)),
-    "SPARKPLUG_GROUP": ("sparkplug_group", _sparkplug_id),
-    "SPARKPLUG_PRIMARY_HOST": ("sparkplug_primary_host", _sparkplug_id),
-    "UNS_PREFIX": ("uns_prefix", _uns_prefix),
-    "MQTT_RECONNECT_MAX_SECONDS": ("mqtt_reconnect_max_seconds", lambda n, r: parse_float(n, r, 0.0, 300.0)),
-}
+@dataclasses.dataclass(frozen=True)
+class MqttSettings:
+    mqtt_url: str | None = setting(None, _mqtt_url)
+    mqtt_username: str | None = setting(None, _text)
+    mqtt_password_file: Path | None = setting(None, _file)
+    mqtt_ca_file: Path | None = setting(None, _file)
+    mqtt_cert_file: Path | None = setting(None, _file)
+    mqtt_key_file: Path | None = setting(None, _file)
+    mqtt_format: str = setting("sparkplug", choice(FORMATS))
+    sparkplug_group: str | None = setting(None, _sparkplug_id)  # None: the plant's id
+    sparkplug_primary_host: str | None = setting(None, _sparkplug_id)
+    uns_prefix: str = setting("linectl", _uns_prefix)
+    # The longest wait between two tries while the broker is away.
+    mqtt_reconnect_max_seconds: float = setting(5.0, floats(0.0, 300.0))
+
+    @property
+    def mqtt_enabled(self) -> bool:
+        return self.mqtt_url is not None
+
+    @property
+    def mqtt_tls(self) -> bool:
+        return (self.mqtt_url or "").startswith("mqtts:")
+
+    def mqtt_endpoint(self) -> tuple[str, int]:
+        """The broker's host and port."""
+        parts = urlsplit(self.mqtt_url or "")
+        return parts.hostname or "", parts.port or DEFAULT_PORTS[parts.scheme]
+
+    def mqtt_password(self) -> str | None:
+        """The password file's first line (read when connecting, so a rotated file is taken)."""
+        if self.mqtt_password_file is None:
+            return None
+        return self.mqtt_password_file.read_text().splitlines()[0] if self.mqtt_password_file.stat().st_size else ""
+
+    def mqtt_ssl_context(self) -> ssl.SSLContext | None:
+        """The client's TLS context for ``mqtts://`` (the CA file, else the system's)."""
+        if not self.mqtt_tls:
+            return None
+        context = ssl.create_default_context(cafile=str(self.mqtt_ca_file) if self.mqtt_ca_file else None)
+        if self.mqtt_cert_file is not None:
+            context.load_cert_chain(str(self.mqtt_cert_file), str(self.mqtt_key_file))
+        return context
+
+    def publishes_sparkplug(self) -> bool:
+        return self.mqtt_format in ("sparkplug", "both")
+
+    def publishes_json(self) -> bool:
+        return self.mqtt_format in ("json", "both")
 
 
 def check_mqtt(values: dict) -> None:

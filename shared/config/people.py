@@ -16,33 +16,9 @@ from pathlib import Path
 
 from argon2 import DEFAULT_MEMORY_COST, DEFAULT_TIME_COST
 
-from .parse import PREFIX, ROLES, SettingsError, parse_bool, parse_int
+from .parse import PREFIX, ROLES, SettingsError, ints, parse_bool, setting, stripped, verbatim
 
 DEFAULT_LDAP_FILTER = "(uid={username})"
-
-
-@dataclasses.dataclass(frozen=True)
-class PeopleSettings:
-    session_idle_minutes: int = 60
-    session_max_hours: int = 12
-    argon2_time_cost: int = DEFAULT_TIME_COST
-    argon2_memory_kib: int = DEFAULT_MEMORY_COST
-    ldap_url: str | None = None
-    ldap_starttls: bool = False
-    ldap_bind_dn: str | None = None
-    ldap_bind_password: str | None = None
-    ldap_user_base: str | None = None
-    ldap_user_filter: str = DEFAULT_LDAP_FILTER
-    # role -> group DN, in the order given (the first group the user is in wins)
-    ldap_role_groups: tuple[tuple[str, str], ...] = ()
-    ldap_ca_file: Path | None = None  # the directory's CA (PEM); unset: the system's CAs
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    allow_plain_http: bool = False
-
-    @property
-    def tls(self) -> bool:
-        return self.tls_cert is not None and self.tls_key is not None
 
 
 def _ldap_url(name: str, raw: str) -> str:
@@ -78,23 +54,28 @@ def _pem(name: str, raw: str) -> Path:
     return path
 
 
-PARSERS = {
-    "SESSION_IDLE_MINUTES": ("session_idle_minutes", lambda n, r: parse_int(n, r, 1, 7 * 24 * 60)),
-    "SESSION_MAX_HOURS": ("session_max_hours", lambda n, r: parse_int(n, r, 1, 24 * 31)),
-    "ARGON2_TIME_COST": ("argon2_time_cost", lambda n, r: parse_int(n, r, 1, 64)),
-    "ARGON2_MEMORY_KIB": ("argon2_memory_kib", lambda n, r: parse_int(n, r, 64, 4 * 1024 * 1024)),
-    "LDAP_URL": ("ldap_url", _ldap_url),
-    "LDAP_STARTTLS": ("ldap_starttls", parse_bool),
-    "LDAP_BIND_DN": ("ldap_bind_dn", lambda n, r: r.strip()),
-    "LDAP_BIND_PASSWORD": ("ldap_bind_password", lambda n, r: r),
-    "LDAP_USER_BASE": ("ldap_user_base", lambda n, r: r.strip()),
-    "LDAP_USER_FILTER": ("ldap_user_filter", _user_filter),
-    "LDAP_ROLE_GROUPS": ("ldap_role_groups", parse_role_groups),
-    "LDAP_CA_FILE": ("ldap_ca_file", _pem),
-    "TLS_CERT": ("tls_cert", _pem),
-    "TLS_KEY": ("tls_key", _pem),
-    "ALLOW_PLAIN_HTTP": ("allow_plain_http", parse_bool),
-}
+@dataclasses.dataclass(frozen=True)
+class PeopleSettings:
+    session_idle_minutes: int = setting(60, ints(1, 7 * 24 * 60))
+    session_max_hours: int = setting(12, ints(1, 24 * 31))
+    argon2_time_cost: int = setting(DEFAULT_TIME_COST, ints(1, 64))
+    argon2_memory_kib: int = setting(DEFAULT_MEMORY_COST, ints(64, 4 * 1024 * 1024))
+    ldap_url: str | None = setting(None, _ldap_url)
+    ldap_starttls: bool = setting(False, parse_bool)
+    ldap_bind_dn: str | None = setting(None, stripped)
+    ldap_bind_password: str | None = setting(None, verbatim)
+    ldap_user_base: str | None = setting(None, stripped)
+    ldap_user_filter: str = setting(DEFAULT_LDAP_FILTER, _user_filter)
+    # role -> group DN, in the order given (the first group the user is in wins)
+    ldap_role_groups: tuple[tuple[str, str], ...] = setting((), parse_role_groups)
+    ldap_ca_file: Path | None = setting(None, _pem)  # the directory's CA (PEM); unset: the system's CAs
+    tls_cert: Path | None = setting(None, _pem)
+    tls_key: Path | None = setting(None, _pem)
+    allow_plain_http: bool = setting(False, parse_bool)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost", "[::1]")

@@ -8,29 +8,61 @@ import dataclasses
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .parse import PREFIX, SettingsError, parse_choice, parse_float, parse_int
+from .parse import (
+    PREFIX,
+    SettingsError,
+    choice,
+    expanded_path,
+    floats,
+    ints,
+    parse_int,
+    setting,
+    stripped,
+    verbatim,
+)
+
+
+def parse_plc(name: str, raw: str) -> str:
+    raw = raw.strip()
+    if raw == "sim":
+        return raw
+    expected = "expected 'sim', host:port (Modbus TCP) or opc.tcp://host:port[/path] (OPC UA)"
+    if "://" in raw:
+        parts = urlsplit(raw)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "opc.tcp" or not parts.hostname or port is None or parts.query or parts.fragment:
+            raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
+        return raw
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
+    parse_int(name, port, 1, 65535)
+    return raw
 
 
 @dataclasses.dataclass(frozen=True)
 class PlcSettings:
-    plc: str = "sim"
-    sim_host: str = "127.0.0.1"
-    sim_port: int = 5020
-    sim_speed: float = 1.0
+    plc: str = setting("sim", parse_plc)
+    sim_host: str = setting("127.0.0.1", stripped)
+    sim_port: int = setting(5020, ints(1, 65535))
+    sim_speed: float = setting(1.0, floats(0.0, 10000.0))
     # What the simulator speaks when LINECTL_PLC=sim: "modbus" or "opcua".
-    sim_protocol: str = "modbus"
+    sim_protocol: str = setting("modbus", choice(("modbus", "opcua")))
     # OPC UA client (deploy/OPCUA_MAP.md, "Security"): "" picks "none" for the
     # simulator on loopback and "sign-and-encrypt" (Basic256Sha256) for a real PLC.
-    opcua_security: str = ""
-    opcua_user: str | None = None
-    opcua_password: str | None = None
+    opcua_security: str = setting("", choice(("none", "sign-and-encrypt")))
+    opcua_user: str | None = setting(None, stripped)
+    opcua_password: str | None = setting(None, verbatim)
     # The client's certificate and key (PEM); unset -> generated once into the certificate
     # directory (the simulator's server certificate too): opcua_cert_dir, unset <data_dir>/opcua/.
-    opcua_cert: Path | None = None
-    opcua_key: Path | None = None
-    opcua_cert_dir: Path | None = None
+    opcua_cert: Path | None = setting(None, expanded_path)
+    opcua_key: Path | None = setting(None, expanded_path)
+    opcua_cert_dir: Path | None = setting(None, expanded_path)
     # The server certificate to trust (PEM or DER); unset -> the one the server presents.
-    opcua_server_cert: Path | None = None
+    opcua_server_cert: Path | None = setting(None, expanded_path)
 
     @property
     def plc_address(self) -> tuple[str, int]:
@@ -66,40 +98,3 @@ class PlcSettings:
         if self.opcua_security:
             return self.opcua_security
         return "none" if self.plc == "sim" else "sign-and-encrypt"
-
-
-def parse_plc(name: str, raw: str) -> str:
-    raw = raw.strip()
-    if raw == "sim":
-        return raw
-    expected = "expected 'sim', host:port (Modbus TCP) or opc.tcp://host:port[/path] (OPC UA)"
-    if "://" in raw:
-        parts = urlsplit(raw)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if parts.scheme != "opc.tcp" or not parts.hostname or port is None or parts.query or parts.fragment:
-            raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
-        return raw
-    host, sep, port = raw.rpartition(":")
-    if not sep or not host:
-        raise SettingsError(f"{PREFIX}{name}: {expected}, got {raw!r}")
-    parse_int(name, port, 1, 65535)
-    return raw
-
-
-PARSERS = {
-    "PLC": ("plc", parse_plc),
-    "SIM_HOST": ("sim_host", lambda n, r: r.strip()),
-    "SIM_PORT": ("sim_port", lambda n, r: parse_int(n, r, 1, 65535)),
-    "SIM_SPEED": ("sim_speed", lambda n, r: parse_float(n, r, 0.0, 10000.0)),
-    "SIM_PROTOCOL": ("sim_protocol", lambda n, r: parse_choice(n, r, ("modbus", "opcua"))),
-    "OPCUA_SECURITY": ("opcua_security", lambda n, r: parse_choice(n, r, ("none", "sign-and-encrypt"))),
-    "OPCUA_USER": ("opcua_user", lambda n, r: r.strip() or None),
-    "OPCUA_PASSWORD": ("opcua_password", lambda n, r: r or None),
-    "OPCUA_CERT": ("opcua_cert", lambda n, r: Path(r.strip()).expanduser()),
-    "OPCUA_KEY": ("opcua_key", lambda n, r: Path(r.strip()).expanduser()),
-    "OPCUA_CERT_DIR": ("opcua_cert_dir", lambda n, r: Path(r.strip()).expanduser()),
-    "OPCUA_SERVER_CERT": ("opcua_server_cert", lambda n, r: Path(r.strip()).expanduser()),
-}

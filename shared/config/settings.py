@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from . import ai, database, gateway, line, mqtt, people, plc, retention, tokens, transport
-from .parse import PREFIX, ROLES, SettingsError
+from .parse import PREFIX, ROLES, SettingsError, parsers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +35,8 @@ class Settings(database.DatabaseSettings, transport.TransportSettings, line.Line
         return self.opcua_cert_dir or self.data_dir / "opcua"
 
 
-# LINECTL_<name> -> (field, parser), in the order they are read
-PARSERS = {**database.PARSERS, **transport.PARSERS, **line.PARSERS, **gateway.PARSERS, **plc.PARSERS,
-           **tokens.PARSERS, **ai.PARSERS, **retention.PARSERS, **people.PARSERS, **mqtt.PARSERS}
+# LINECTL_<name> -> (field, parser), in the order they are read: area by area
+PARSERS = {name: entry for area in Settings.__bases__ for name, entry in parsers(area).items()}
 
 
 def config_file_values(config_file: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from .parse import PREFIX, ROLES, SettingsError
+from .parse import PREFIX, ROLES, SettingsError, expanded_path, setting
 
 # The example file's values: a deployment that copied it unchanged is refused.
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "placeholder", "example", "xxxxxxxx")
@@ -21,19 +21,6 @@ class TokenHolder:
 
     role: str
     name: str
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenSettings:
-    tokens: Mapping[str, TokenHolder] = dataclasses.field(default_factory=dict)  # token -> holder
-    tokens_generated: bool = False
-    # Where the tokens were read from (LINECTL_TOKENS_FILE, else the data directory's
-    # generated file): the gateway re-reads it on change and on SIGHUP. None for
-    # LINECTL_TOKENS, which changes only with a restart.
-    tokens_file: Path | None = None
-
-    def tokens_for(self, role: str) -> list[str]:
-        return [tok for tok, holder in self.tokens.items() if holder.role == role]
 
 
 def _holder(name: str, item: str) -> tuple[str, TokenHolder]:
@@ -100,7 +87,14 @@ def tokens_from_file(values: dict) -> None:
         values["tokens"] = read_tokens_file(values["tokens_file"])
 
 
-PARSERS = {
-    "TOKENS": ("tokens", parse_tokens),
-    "TOKENS_FILE": ("tokens_file", lambda n, r: Path(r.strip()).expanduser()),
-}
+@dataclasses.dataclass(frozen=True)
+class TokenSettings:
+    tokens: Mapping[str, TokenHolder] = setting(parse=parse_tokens, default_factory=dict)  # token -> holder
+    tokens_generated: bool = False
+    # Where the tokens were read from (LINECTL_TOKENS_FILE, else the data directory's
+    # generated file): the gateway re-reads it on change and on SIGHUP. None for
+    # LINECTL_TOKENS, which changes only with a restart.
+    tokens_file: Path | None = setting(None, expanded_path)
+
+    def tokens_for(self, role: str) -> list[str]:
+        return [tok for tok, holder in self.tokens.items() if holder.role == role]

@@ -6,23 +6,7 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import urlsplit
 
-from .parse import PREFIX, SettingsError
-
-
-@dataclasses.dataclass(frozen=True)
-class TransportSettings:
-    amqp_uri: str | None = None
-
-    def resolved_amqp_uri(self, database_url: str | None = None) -> str:
-        """The message transport URI: explicit, else ``pgsql://`` on the database."""
-        if self.amqp_uri:
-            return self.amqp_uri
-        db = database_url or self.database_url
-        if not db:
-            raise SettingsError(
-                "LINECTL_AMQP_URI: unset and no database URL to derive pgsql:// from"
-            )
-        return "pgsql://" + db.split("://", 1)[1]
+from .parse import PREFIX, SettingsError, setting
 
 
 def _amqp_uri(name: str, raw: str) -> str:
@@ -35,6 +19,17 @@ def _amqp_uri(name: str, raw: str) -> str:
     return raw
 
 
-PARSERS = {
-    "AMQP_URI": ("amqp_uri", _amqp_uri),
-}
+@dataclasses.dataclass(frozen=True)
+class TransportSettings:
+    amqp_uri: str | None = setting(None, _amqp_uri)
+
+    def resolved_amqp_uri(self, database_url: str | None = None) -> str:
+        """The message transport URI: explicit, else ``pgsql://`` on the database."""
+        if self.amqp_uri:
+            return self.amqp_uri
+        db = database_url or self.database_url
+        if not db:
+            raise SettingsError(
+                "LINECTL_AMQP_URI: unset and no database URL to derive pgsql:// from"
+            )
+        return "pgsql://" + db.split("://", 1)[1]
