@@ -21,7 +21,6 @@ keep_clusters_in_memory()  # before shared.db.embedded reads where clusters live
 
 import importlib.util  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import uuid  # noqa: E402
 
@@ -34,6 +33,7 @@ from shared.db.engine import make_engine  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
 from tests.support import module_queue, stall_report  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
+from tests.support.ports import answers  # noqa: E402
 
 
 def pytest_configure(config):
@@ -161,11 +161,7 @@ def session(engine):
 
 
 def _rabbit_answers(host="127.0.0.1", port=5672) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    return answers(port, host)
 
 
 def _private_vhost() -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,21 @@ def gateway_env(db_url, nameko_config):
     }
 
 
+@contextmanager
+def gateway_app(env: dict):
+    """The gateway's Flask app on ``env``'s settings, closed (its pools, relay and
+    RPC clients) as the block ends."""
+    app = create_app(load_settings(env))
+    try:
+        yield app
+    finally:
+        app.extensions["linectl"].close()
+
+
 @pytest.fixture
 def app(gateway_env, standin):
-    app = create_app(load_settings(gateway_env))
-    yield app
-    app.extensions["linectl"].close()
+    with gateway_app(gateway_env) as app:
+        yield app
 
 
 @pytest.fixture

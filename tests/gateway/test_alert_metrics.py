@@ -14,8 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from gateway.app import create_app
-from shared.config import load_settings
+from tests.gateway.conftest import gateway_app
 from tests.gateway.standin import StandInLineController
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -108,10 +107,7 @@ def test_an_idle_line_reports_zero_ages_not_missing_figures(client):
 
 
 def test_an_unreachable_database_is_a_figure_not_a_failed_scrape(gateway_env, standin):
-    app = create_app(load_settings({**gateway_env, "LINECTL_DATABASE_URL": "postgresql://u@127.0.0.1:1/none"}))
-    try:
+    with gateway_app({**gateway_env, "LINECTL_DATABASE_URL": "postgresql://u@127.0.0.1:1/none"}) as app:
         got = samples(app.test_client())
         assert got["linectl_database_up"] == 0
         assert "linectl_manual_actions_open" not in got and "linectl_ai_oldest_pending_seconds" not in got
-    finally:
-        app.extensions["linectl"].close()

@@ -21,14 +21,12 @@ import websocket
 from nameko.rpc import rpc
 from sqlalchemy import select
 
-from gateway.app import create_app
 from services.identity.passwords import Passwords
 from services.identity.users import UserStore
-from shared.config import load_settings
 from shared.db.engine import make_engine
 from shared.db.models import Alarm, Job, LoopMessage, MachineStateInterval, ManualAction, WorkOrder
 from shared.plant import load_plant
-from tests.gateway.conftest import ADMIN, AUTH, OPERATOR
+from tests.gateway.conftest import ADMIN, AUTH, OPERATOR, gateway_app
 from tests.gateway.standin import (
     EventWriter,
     StandInLineController,
@@ -73,9 +71,8 @@ def plant_env(gateway_env, plant_file):
 
 @pytest.fixture
 def plant_app(plant_env, cell_b):
-    app = create_app(load_settings(plant_env))
-    yield app
-    app.extensions["linectl"].close()
+    with gateway_app(plant_env) as app:
+        yield app
 
 
 @pytest.fixture
@@ -419,9 +416,8 @@ def test_without_a_broker_the_plants_uns_says_so_per_line(client):
 @pytest.fixture
 def broker_app(plant_env, cell_b):
     """The plant's gateway with a broker named (it never connects to it: the publisher does)."""
-    app = create_app(load_settings({**plant_env, "LINECTL_MQTT_URL": "mqtt://127.0.0.1:1883"}))
-    yield app
-    app.extensions["linectl"].close()
+    with gateway_app({**plant_env, "LINECTL_MQTT_URL": "mqtt://127.0.0.1:1883"}) as app:
+        yield app
 
 
 def test_the_publisher_s_state_per_line_in_plant_uns_and_metrics(broker_app, lines):

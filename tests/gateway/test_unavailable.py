@@ -7,14 +7,13 @@ import pytest
 
 from gateway.app import create_app
 from shared.config import load_settings
-from tests.gateway.conftest import AUTH
+from tests.gateway.conftest import AUTH, gateway_app
 
 
 @pytest.fixture
 def lonely_client(gateway_env, writable):
-    app = create_app(load_settings({**gateway_env, "LINECTL_COMMAND_WAIT_SECONDS": "1"}))
-    yield app.test_client()
-    app.extensions["linectl"].close()
+    with gateway_app({**gateway_env, "LINECTL_COMMAND_WAIT_SECONDS": "1"}) as app:
+        yield app.test_client()
 
 
 def test_commands_and_readyz_answer_503_without_line_controller(lonely_client):

@@ -145,6 +145,14 @@ def cell(engine, layout):
         loop.stop()
 
 
+def _run_order(loop, quantity: int) -> dict:
+    """An order of SHAFT-B created and started, run until the loop has nothing left to do."""
+    order = _handle(loop, "CreateOrder", {"productId": "SHAFT-B", "quantity": quantity})
+    _handle(loop, "StartOrder", {"workOrderId": order["id"]})
+    _drain(loop)
+    return order
+
+
 def _held_at_station(engine, order_id):
     """The job the records hold in the station's slot (WAITING_UNLOAD, slot DONE)."""
     (slot,) = _rows(engine, "SELECT * FROM equipment_slot WHERE equipment_id = :e AND slot_no = 1", e=STATION)
@@ -182,9 +190,7 @@ def _completes_exactly(loop, order_id, quantity):
 def test_a_lost_unload_is_asked_about_once_and_the_order_completes(cell, engine):
     quantity = 3
     first = cell.loop(HoldUnloadsFrom(STATION))
-    order = _handle(first, "CreateOrder", {"productId": "SHAFT-B", "quantity": quantity})
-    _handle(first, "StartOrder", {"workOrderId": order["id"]})
-    _drain(first)
+    order = _run_order(first, quantity)
     job = _held_at_station(engine, order["id"])
     # The robot unloaded it; the database that recorded so was lost in the failover.
     cell.plc.unload_physically(STATION, 1, job.temp_slot_no)
@@ -218,9 +224,7 @@ def test_a_lost_unload_is_asked_about_once_and_the_order_completes(cell, engine)
 
 def test_a_piece_taken_out_by_hand_counts_as_scrap(cell, engine):
     first = cell.loop(HoldUnloadsFrom(STATION))
-    order = _handle(first, "CreateOrder", {"productId": "SHAFT-B", "quantity": 2})
-    _handle(first, "StartOrder", {"workOrderId": order["id"]})
-    _drain(first)
+    order = _run_order(first, 2)
     job = _held_at_station(engine, order["id"])
     cell.plc.slots.remove((STATION, 1))  # someone took it out of the cell
     line = cell.restart()
@@ -240,9 +244,7 @@ def test_an_unload_answered_source_empty_asks_where_the_piece_is(cell, engine):
     quantity = 3
     first = cell.loop(default_scheduler())
     cell.plc.unanswered.add(STATION)
-    order = _handle(first, "CreateOrder", {"productId": "SHAFT-B", "quantity": quantity})
-    _handle(first, "StartOrder", {"workOrderId": order["id"]})
-    _drain(first)
+    order = _run_order(first, quantity)
     (lost,) = _rows(engine, "SELECT * FROM task WHERE status = 'RUNNING'")
     assert (lost.kind, lost.equipment_id) == (ev.EQUIPMENT_TO_BUFFER, STATION)
 
@@ -274,9 +276,7 @@ def test_an_unload_answered_source_empty_asks_where_the_piece_is(cell, engine):
 def test_a_plc_reconnect_asks_too(cell, engine):
     """The PLC's link comes back (the check of a reconnect): the same comparison."""
     line = cell.loop(HoldUnloadsFrom(STATION))
-    order = _handle(line, "CreateOrder", {"productId": "SHAFT-B", "quantity": 1})
-    _handle(line, "StartOrder", {"workOrderId": order["id"]})
-    _drain(line)
+    order = _run_order(line, 1)
     job = _held_at_station(engine, order["id"])
     _handle(line, "PlcConnection", {"connected": False, "error": "link down"})
     cell.plc.unload_physically(STATION, 1, job.temp_slot_no)

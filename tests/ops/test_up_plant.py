@@ -23,7 +23,6 @@ PostgreSQL:
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import pytest
 
 from shared.config import mask_url
 from tests.ops.line_holdings import credentials_held, environ_of, held_files, named_paths, refused, try_writes
+from tests.support.ports import answers
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,14 +67,6 @@ def line_pid(stack, kind: str, line_id: str) -> int | None:
 def linectl(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "services.stack.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def rows(url: str, sql: str, *params) -> list[tuple]:
@@ -142,7 +134,7 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
         assert any(line.split()[0] == str(pid) and f"{kind} --line {line_id}" in line for line in ps), \
             (kind, line_id)
     assert central.process("gateway")
-    assert listening(host_a.sim_port) and listening(host_b.sim_port + 1)  # each line's place in the plant
+    assert answers(host_a.sim_port) and answers(host_b.sim_port + 1)  # each line's place in the plant
     assert central.get("/readyz") == (200, {"status": "ready"})
 
     # The migrate step registered both lines: the default one keeps public.

@@ -10,13 +10,12 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.ports import answers, free_port
 from tests.support.waiting import wait_for
 
 MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
@@ -28,14 +27,6 @@ def require_mosquitto() -> str:
             pytest.fail("mosquitto is not installed (CI installs it: .ci/run)")
         pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
     return MOSQUITTO
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def make_ca(directory: Path) -> dict[str, Path]:
@@ -116,7 +107,7 @@ class Broker:
     def start(self) -> Broker:
         self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=subprocess.DEVNULL,
                                      stderr=open(self.log, "ab"), start_new_session=True)  # noqa: SIM115
-        wait_for(lambda: _answers(self.port) or self.proc.poll() is not None, 10, 0.02, "mosquitto listening")
+        wait_for(lambda: answers(self.port) or self.proc.poll() is not None, 10, 0.02, "mosquitto listening")
         if self.proc.poll() is not None:
             raise AssertionError(f"mosquitto exited: {self.log.read_text()[-2000:]}")
         return self

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import socket
 
 from shared.db.embedded import port_bindable
 
@@ -60,3 +61,12 @@ def free_port_run(count: int, avoid: tuple[int, ...] = ()) -> int:
         if run[-1] in block and not set(run) & set(avoid) and all(_bindable(p) for p in run):
             return first
     raise RuntimeError(f"no {count} consecutive free ports left in {block}")
+
+
+def answers(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server accepts a TCP connection on ``host:port`` now."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,19 +15,27 @@ from services.stack import supervisor
 from services.stack.supervisor import CannotRun, ProcessSpec, Supervisor
 from tests.support.waiting import wait_for
 
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+@contextmanager
+def quiet_supervisor(*specs: ProcessSpec):
+    """A supervisor of ``specs`` whose children's output is thrown away."""
+    sup = Supervisor(list(specs), env=dict(os.environ))
+    with open(os.devnull, "w") as devnull:
+        for child in sup.children:
+            child.out = devnull
+        yield sup
+
 
 def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypatch):
     monkeypatch.setattr(supervisor, "STABLE_SECONDS", 0.5)
     monkeypatch.setattr(supervisor, "BACKOFF_FIRST", 0.05)
     # The crashing child is a shell: a Python start on a loaded machine (CI's suite in four
     # shards) took longer than STABLE_SECONDS, counted as a stable run and reset the backoff.
-    sup = Supervisor([ProcessSpec("crashing", ["/bin/sh", "-c", "exit 3"]),
-                      ProcessSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"])],
-                     env=dict(os.environ))
-    crashing, steady = sup.children
-    with open(os.devnull, "w") as devnull:
+    with quiet_supervisor(ProcessSpec("crashing", ["/bin/sh", "-c", "exit 3"]), ProcessSpec("steady", SLEEPER)) as sup:
+        crashing, steady = sup.children
         for child in sup.children:
-            child.out = devnull
             child.start()
         try:
             wait_for(lambda: sup._watch() or crashing.restarts >= 4, 30, 0.01, "four restarts")
@@ -53,14 +62,10 @@ def test_a_crash_loop_backs_off_but_a_killed_process_comes_back_at_once(monkeypa
 def test_a_process_that_cannot_run_stops_the_stack_instead_of_a_crash_loop():
     # A simulator whose port another holds says so and exits EXIT_CANNOT_LISTEN (the
     # port taken between linectl up's own look and its start, or while it was down).
-    sup = Supervisor([ProcessSpec("sim", ["/bin/sh", "-c", "echo 'linectl sim: cannot listen on 127.0.0.1:5020'; "
-                                          f"exit {EXIT_CANNOT_LISTEN}"], fatal_exits=(EXIT_CANNOT_LISTEN,)),
-                      ProcessSpec("hardware", [sys.executable, "-c", "import time; time.sleep(60)"])],
-                     env=dict(os.environ))
-    sim, hardware = sup.children
-    with open(os.devnull, "w") as devnull:
-        for child in sup.children:
-            child.out = devnull
+    cannot_listen = ProcessSpec("sim", ["/bin/sh", "-c", "echo 'linectl sim: cannot listen on 127.0.0.1:5020'; "
+                                        f"exit {EXIT_CANNOT_LISTEN}"], fatal_exits=(EXIT_CANNOT_LISTEN,))
+    with quiet_supervisor(cannot_listen, ProcessSpec("hardware", SLEEPER)) as sup:
+        sim, hardware = sup.children
         handlers = {n: signal.getsignal(n) for n in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             with pytest.raises(CannotRun) as stopped:
