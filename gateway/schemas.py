@@ -239,11 +239,21 @@ def _ratio():
     return fields.Float(allow_none=True, validate=validate.Range(min=0, max=1))
 
 
-class LineFiguresSchema(Schema):
+class OverWindowSchema(Schema):
+    """Figures over a window of time: its ``from`` and ``to``, then the figures."""
+    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
+    to = fields.String(metadata={"format": "date-time"})
+
+
+class OutputFiguresSchema(Schema):
+    """What a line (or the plant) turned out: ``/api/stats``' and ``/api/plant/stats``'."""
     completed = fields.Integer()
     scrapped = fields.Integer()
     throughputPerHour = fields.Float(allow_none=True)
     scrapRate = _ratio()
+
+
+class LineFiguresSchema(OutputFiguresSchema):
     observedSeconds = fields.Float()
 
 
@@ -268,9 +278,7 @@ class HourFiguresSchema(Schema):
     scrapped = fields.Integer()
 
 
-class StatsSchema(Schema):
-    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
-    to = fields.String(metadata={"format": "date-time"})
+class StatsSchema(OverWindowSchema):
     line = fields.Nested(LineFiguresSchema)
     equipment = fields.List(fields.Nested(MachineFiguresSchema))
     hourly = fields.List(fields.Nested(HourFiguresSchema))
@@ -295,9 +303,7 @@ class AlarmCountSchema(Schema):
     lastRaisedAt = _time()
 
 
-class AlarmCountsSchema(Schema):
-    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
-    to = fields.String(metadata={"format": "date-time"})
+class AlarmCountsSchema(OverWindowSchema):
     items = fields.List(fields.Nested(AlarmCountSchema))
 
 
@@ -342,20 +348,11 @@ class LineSummarySchema(Schema):
     openManualActions = fields.Integer()
 
 
-class OutputFiguresSchema(Schema):
-    completed = fields.Integer()
-    scrapped = fields.Integer()
-    throughputPerHour = fields.Float(allow_none=True)
-    scrapRate = _ratio()
-
-
 class LineOutputSchema(OutputFiguresSchema):
     id = fields.String()
 
 
-class PlantStatsSchema(Schema):
-    from_ = fields.String(data_key="from", metadata={"format": "date-time"})
-    to = fields.String(metadata={"format": "date-time"})
+class PlantStatsSchema(OverWindowSchema):
     plant = fields.Nested(OutputFiguresSchema)
     lines = fields.List(fields.Nested(LineOutputSchema))
 

@@ -71,15 +71,17 @@ def step(row) -> dict:
 
 def _where(f: PieceFilter, after: tuple[datetime, int] | None) -> tuple[str, dict]:
     clauses, params = [], {}
+
+    def where(clause: str, **values) -> None:
+        clauses.append(clause)
+        params.update(values)
+
     if f.serial is not None:
-        clauses.append("p.serial = :serial")
-        params["serial"] = f.serial
+        where("p.serial = :serial", serial=f.serial)
     if f.work_order_id is not None:
-        clauses.append("p.work_order_id = :wo")
-        params["wo"] = f.work_order_id
+        where("p.work_order_id = :wo", wo=f.work_order_id)
     if f.statuses:
-        clauses.append("p.status = ANY(:statuses)")
-        params["statuses"] = list(f.statuses)
+        where("p.status = ANY(:statuses)", statuses=list(f.statuses))
     if f.equipment_id is not None:
         window = ["s.equipment_id = :eq"]
         params["eq"] = f.equipment_id
@@ -89,17 +91,14 @@ def _where(f: PieceFilter, after: tuple[datetime, int] | None) -> tuple[str, dic
         if f.from_ is not None:
             window += ["s.started_at >= :lookback", "(s.ended_at IS NULL OR s.ended_at > :from_)"]
             params.update(lookback=f.from_ - STEP_LOOKBACK, from_=f.from_)
-        clauses.append(f"p.job_id IN (SELECT s.job_id FROM piece_step s WHERE {' AND '.join(window)})")
+        where(f"p.job_id IN (SELECT s.job_id FROM piece_step s WHERE {' AND '.join(window)})")
     else:
         if f.from_ is not None:
-            clauses.append("p.created_at >= :from_")
-            params["from_"] = f.from_
+            where("p.created_at >= :from_", from_=f.from_)
         if f.to is not None:
-            clauses.append("p.created_at < :to")
-            params["to"] = f.to
+            where("p.created_at < :to", to=f.to)
     if after is not None:
-        clauses.append("(p.created_at, p.job_id) > (:after_at, :after_id)")
-        params.update(after_at=after[0], after_id=after[1])
+        where("(p.created_at, p.job_id) > (:after_at, :after_id)", after_at=after[0], after_id=after[1])
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 

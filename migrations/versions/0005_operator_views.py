@@ -5,8 +5,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = '0005'
 down_revision = '0004'
-branch_labels = None
-depends_on = None
 
 _OLD_ALARM = "status IN ('RAISED', 'ACKNOWLEDGED', 'CLEARED')"
 _NEW_ALARM = "status IN ('RAISED', 'ACKNOWLEDGED', 'SHELVED', 'CLEARED')"

@@ -11,8 +11,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = '0006'
 down_revision = '0005'
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

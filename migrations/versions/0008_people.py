@@ -7,8 +7,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = '0008'
 down_revision = '0007'
-branch_labels = None
-depends_on = None
 
 JSON_LIST = dict(type_=postgresql.JSONB(astext_type=sa.Text()), server_default=sa.text("'[]'::jsonb"),
                  nullable=False)

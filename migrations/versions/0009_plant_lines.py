@@ -14,8 +14,6 @@ from alembic import op
 
 revision = '0009'
 down_revision = '0008'
-branch_labels = None
-depends_on = None
 
 
 NEXT_WORK_ORDER_NUMBER = """

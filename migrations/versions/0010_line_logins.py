@@ -15,8 +15,6 @@ from alembic import op
 
 revision = '0010'
 down_revision = '0009'
-branch_labels = None
-depends_on = None
 
 BACKEND_STARTED = """
 CREATE OR REPLACE FUNCTION mq_backend_started(pid integer) RETURNS timestamptz

@@ -18,13 +18,11 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from shared.db.lines import PUBLIC, draw_ids_from_public, line_schemas, quote
+from shared.db.lines import PUBLIC, add_line_tables, line_schemas, quote
 from shared.piece_rebuild import rebuild_from_log
 
 revision = '0012'
 down_revision = '0011'
-branch_labels = None
-depends_on = None
 
 log = logging.getLogger("alembic.runtime.migration")
 TABLES = ("piece_entry", "piece_step", "piece")
@@ -104,12 +102,7 @@ def _line_of(conn, schema: str) -> str | None:
 
 def upgrade() -> None:
     conn = op.get_bind()
-    schemas = line_schemas(conn)
-    for schema in schemas:
-        _create(schema)
-    # Each line's own ids draw on public's sequences (shared.db.lines), as its other tables do.
-    for schema in schemas:
-        draw_ids_from_public(conn, schema, ("piece_step", "piece_entry"))
+    schemas = add_line_tables(conn, _create, ("piece_step", "piece_entry"))
     for schema in schemas:
         line_id = _line_of(conn, schema)
         conn.execute(sa.text(f"SET LOCAL search_path TO {quote(schema)}, public"))

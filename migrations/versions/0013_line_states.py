@@ -9,12 +9,10 @@ first runs at this revision."""
 import sqlalchemy as sa
 from alembic import op
 
-from shared.db.lines import draw_ids_from_public, line_schemas
+from shared.db.lines import add_line_tables, line_schemas
 
 revision = '0013'
 down_revision = '0012'
-branch_labels = None
-depends_on = None
 
 TABLES = ("line_state_interval", "planned_downtime")
 
@@ -58,12 +56,7 @@ def _create(schema: str) -> None:
 
 def upgrade() -> None:
     conn = op.get_bind()
-    schemas = line_schemas(conn)
-    for schema in schemas:
-        _create(schema)
-    # Each line's own ids draw on public's sequences (shared.db.lines), as its other tables do.
-    for schema in schemas:
-        draw_ids_from_public(conn, schema, TABLES)
+    add_line_tables(conn, _create, TABLES)
 
 
 def downgrade() -> None:

@@ -109,6 +109,17 @@ def draw_ids_from_public(conn, schema: str, tables) -> None:
         conn.execute(text(f"DROP SEQUENCE IF EXISTS {quote(schema)}.{table}_id_seq"))
 
 
+def add_line_tables(conn, create, tables) -> list[str]:
+    """A migration's new line tables, in every line's schema: ``create(schema)`` in
+    each, then the copies' ids drawn from ``public``'s sequences. The schemas, in order."""
+    schemas = line_schemas(conn)
+    for schema in schemas:
+        create(schema)
+    for schema in schemas:
+        draw_ids_from_public(conn, schema, tables)
+    return schemas
+
+
 def line_schemas(conn) -> list[str]:
     """Every line's schema, ``public`` first. A migration that changes a line table
     changes it in each of these (``SET LOCAL search_path`` to each in turn)."""

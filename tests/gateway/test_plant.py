@@ -70,14 +70,10 @@ def plant_env(gateway_env, plant_file):
 
 
 @pytest.fixture
-def plant_app(plant_env, cell_b):
+def app(plant_env, cell_b):
+    """The plant's gateway (conftest's ``client`` asks it)."""
     with gateway_app(plant_env) as app:
         yield app
-
-
-@pytest.fixture
-def client(plant_app):
-    return plant_app.test_client()
 
 
 def error_of(r) -> str:
@@ -197,11 +193,10 @@ class FrozenCellC(StandInLineController):
         return {"commandId": command_id, "status": "QUEUED", "result": None, "error": None}
 
 
-def test_a_frozen_line_holds_none_of_another_lines_rpc_clients(client, container_factory, nameko_config,
-                                                                plant_app):
+def test_a_frozen_line_holds_none_of_another_lines_rpc_clients(client, container_factory, nameko_config, app):
     FrozenCellC.release = eventlet.Event()
     container_factory(FrozenCellC, nameko_config).start()
-    blocked = [plant_app.test_client() for _ in range(10)]  # more than a line's pool of 8
+    blocked = [app.test_client() for _ in range(10)]  # more than a line's pool of 8
     with ThreadPoolExecutor(len(blocked)) as pool:
         stuck = [pool.submit(create, c, "/api/lines/cell-c", "SHAFT-B") for c in blocked]
         try:
