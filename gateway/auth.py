@@ -21,6 +21,7 @@ from flask import g, request
 
 from gateway.context import gateway_context
 from gateway.errors import ApiError
+from gateway.lines import LinePort
 from gateway.tokens import token_key
 from services.identity.watch import session_credential
 from shared.events import ACTOR_NOTE_SEPARATOR
@@ -84,6 +85,11 @@ def may_see_line(line_id: str) -> bool:
     no lines, sees every line."""
     lines = g.get("lines") or ()
     return not lines or line_id in lines
+
+
+def visible_lines() -> list[LinePort]:
+    """The plant's lines the caller may see (:func:`may_see_line`), the default line first."""
+    return [line for line in gateway_context().lines.values() if may_see_line(line.id)]
 
 
 def _caller() -> tuple[str, str, bytes]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
@@ -36,6 +37,8 @@ from shared.db.engine import make_sessionmaker
 from shared.db.lines import PUBLIC, LineNotPlaced, placement
 from shared.events import LineServices
 from shared.plant import PlantLine
+
+T = TypeVar("T")
 
 STATUS_RPC_TIMEOUT = 2.0  # /readyz and /metrics must answer fast when the loop is down
 
@@ -129,6 +132,15 @@ class LinePort:
     def of_line(self, obj: dict) -> dict:
         """``obj`` as the API shows it: naming its line."""
         return {**obj, "lineId": self.id}
+
+    def read(self, query: Callable[[Any], T], otherwise: T) -> T:
+        """``query(session)`` on the line's tables; ``otherwise`` when it has no
+        tables yet (nothing has happened on it)."""
+        try:
+            with self.db() as session:
+                return query(session)
+        except LineNotReady:
+            return otherwise
 
     def read_log(self, after: int, limit: int) -> list[dict]:
         """The line's event log after ``after``, as frames naming the line."""

@@ -23,10 +23,10 @@ from gateway.api.common import (
     window_of,
 )
 from gateway.api.csv_reply import by_columns, csv_response, wants_csv
-from gateway.auth import may_see_line
+from gateway.auth import visible_lines
 from gateway.context import current_line, gateway_context
 from gateway.errors import ApiError
-from gateway.lines import LineNotReady, LinePort
+from gateway.lines import LinePort
 from shared import downtime, oee
 from shared.product_ideals import product_ideal_seconds
 from shared.wire import iso
@@ -54,12 +54,8 @@ def line_oee(line: LinePort, window, by: str) -> list[dict]:
     ideals = product_ideal_seconds(line.layout)
     scale = line.ideal_scale()
     ideals = {p: None if v is None else v / scale for p, v in ideals.items()}
-    try:
-        with line.db() as session:
-            items = oee.oee_items(session.connection(), _calendar(), ideals, window.start, window.end, by,
-                                  window.now, _microstop())
-    except LineNotReady:
-        items = []
+    items = line.read(lambda session: oee.oee_items(session.connection(), _calendar(), ideals, window.start,
+                                                    window.end, by, window.now, _microstop()), [])
     return [{"lineId": line.id, **item} for item in items]
 
 
@@ -84,8 +80,7 @@ def get_plant_oee(args):
     """Every (visible) line's items, and the plant's per period: the lines' inputs
     added up and the figures made from those sums."""
     window, by = window_of(args), args["by"]
-    items = [i for line in gateway_context().lines.values() if may_see_line(line.id)
-             for i in line_oee(line, window, by)]
+    items = [i for line in visible_lines() for i in line_oee(line, window, by)]
     periods: dict[tuple, list[dict]] = {}
     for item in items:
         periods.setdefault((item["from"], item["to"], item["shift"], item["date"]), []).append(item)

@@ -18,10 +18,9 @@ from gateway.api.common import (
     reply,
 )
 from gateway.api.csv_reply import csv_response, wants_csv
-from gateway.auth import may_see_line
-from gateway.context import current_line, gateway_context
+from gateway.auth import visible_lines
+from gateway.context import current_line
 from gateway.errors import ApiError
-from gateway.lines import LineNotReady
 from shared import piece_query as pq
 from shared.db.models import JOB_STATUSES
 
@@ -76,14 +75,7 @@ def get_piece(serial):
 def find_on_every_line(args):
     """The pieces with this serial on every line the caller may see (a line without
     tables yet has none)."""
-    items = []
-    for line in gateway_context().lines.values():
-        if not may_see_line(line.id):
-            continue
-        try:
-            with line.db() as session:
-                found, _ = pq.list_pieces(session, pq.PieceFilter(serial=args["serial"]), PLANT_LIMIT)
-        except LineNotReady:
-            continue
-        items += [line.of_line(i) for i in found]
+    serial = pq.PieceFilter(serial=args["serial"])
+    items = [line.of_line(piece) for line in visible_lines()
+             for piece in line.read(lambda session: pq.list_pieces(session, serial, PLANT_LIMIT)[0], [])]
     return reply({"items": items, "nextCursor": None})

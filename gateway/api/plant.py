@@ -13,11 +13,11 @@ from gateway import schemas
 from gateway.api.blueprint import Blueprint
 from gateway.api.common import document_errors, query_view, reply, window_of
 from gateway.api.health import UNS_HEARTBEAT_STALE_SECONDS
-from gateway.auth import may_see_line, require
+from gateway.auth import may_see_line, require, visible_lines
 from gateway.context import gateway_context
 from gateway.errors import ApiError
 from gateway.event_log import newest_seq
-from gateway.lines import LineNotReady, LinePort
+from gateway.lines import LinePort
 from shared import production_stats as ps
 from shared.db.models import ALARM_ACTIVE, WORK_ORDER_TERMINAL, Alarm, ManualAction, WorkOrder
 from shared.production_stats import Window
@@ -36,10 +36,6 @@ _OPEN_ON_LINE = select(
 OUTPUT_FIGURES = ("completed", "scrapped", "throughputPerHour", "scrapRate")
 
 
-def _visible_lines() -> list[LinePort]:
-    return [line for line in gateway_context().lines.values() if may_see_line(line.id)]
-
-
 def line_summary(line: LinePort) -> dict:
     """One line at a glance. Its controller is UP while it runs (consumes its
     queue): the check a command passes before it is sent, so a card never says
@@ -48,11 +44,7 @@ def line_summary(line: LinePort) -> dict:
     ``status()`` (the watch's, cached)."""
     controller = line.service_watch().consumers(line.names.line_controller)
     hardware, _ = line.service_status(line.names.hardware)
-    try:
-        with line.db() as session:
-            orders, alarms, actions = session.execute(_OPEN_ON_LINE).one()
-    except LineNotReady:
-        orders = alarms = actions = 0  # no tables yet: nothing has happened on it
+    orders, alarms, actions = line.read(lambda session: session.execute(_OPEN_ON_LINE).one(), (0, 0, 0))
     return {"id": line.id, "name": line.line.name,
             "controller": "UP" if controller else "DOWN",
             "plc": "CONNECTED" if hardware and hardware.get("plcConnected") else "DISCONNECTED",
@@ -66,7 +58,7 @@ def line_summary(line: LinePort) -> dict:
 @document_errors(blp, 401, 403)
 def list_lines():
     """The plant's lines, the default line first (a user limited to lines: theirs)."""
-    return reply({"items": [line_summary(line) for line in _visible_lines()], "nextCursor": None})
+    return reply({"items": [line_summary(line) for line in visible_lines()], "nextCursor": None})
 
 
 @blp.route("/lines/<lineId>", methods=["GET"])
@@ -82,12 +74,9 @@ def get_line_summary(lineId):  # the contract's name, as in every line path
 
 def line_output(line: LinePort, window: Window) -> dict:
     """A line's output over the window: ``/api/lines/{lineId}/stats``' ``line`` figures."""
-    try:
-        with line.db() as session:
-            figures = ps.production_figures(session.connection(), line.layout, window,
-                                            ideal_scale=line.ideal_scale())["line"]
-    except LineNotReady:
-        figures = {"completed": 0, "scrapped": 0, "throughputPerHour": None, "scrapRate": None}
+    figures = line.read(lambda session: ps.production_figures(session.connection(), line.layout, window,
+                                                               ideal_scale=line.ideal_scale())["line"],
+                        {"completed": 0, "scrapped": 0, "throughputPerHour": None, "scrapRate": None})
     return {"id": line.id, **{key: figures[key] for key in OUTPUT_FIGURES}}
 
 
@@ -107,12 +96,18 @@ def plant_output(lines: list[dict]) -> dict:
 def get_plant_stats(args):
     """Output over ``from``/``to`` (as ``/api/stats``): the plant's and each line's."""
     window = window_of(args)
-    lines = [line_output(line, window) for line in _visible_lines()]
+    lines = [line_output(line, window) for line in visible_lines()]
     return reply({"from": iso(window.start), "to": iso(window.end), "plant": plant_output(lines), "lines": lines})
 
 
 _UNS_NODES = text("SELECT line_id, acked_seq, connected, heartbeat_at > now() - make_interval(secs => :stale)"
                   " AS fresh FROM uns_node")
+
+
+def _published_of(session) -> tuple[int, dict]:
+    """The line's newest seq, and the publisher's node rows by line."""
+    nodes = session.execute(_UNS_NODES, {"stale": UNS_HEARTBEAT_STALE_SECONDS})
+    return newest_seq(session), {r.line_id: r for r in nodes}
 
 
 @blp.route("/plant/uns", methods=["GET"])
@@ -125,12 +120,7 @@ def get_plant_uns():
     settings = gateway_context().settings
     lines, connected = [], settings.mqtt_enabled
     for line in gateway_context().lines.values():
-        try:
-            with line.db() as session:
-                log_seq = newest_seq(session)
-                nodes = {r.line_id: r for r in session.execute(_UNS_NODES, {"stale": UNS_HEARTBEAT_STALE_SECONDS})}
-        except LineNotReady:
-            log_seq, nodes = 0, {}
+        log_seq, nodes = line.read(_published_of, (0, {}))
         node = nodes.get(line.id)
         connected = connected and node is not None and bool(node.connected and node.fresh)
         published = int(node.acked_seq) if node is not None else None
