@@ -178,11 +178,11 @@ def test_an_action_waiting_for_the_link_reconnects_at_once_not_after_the_back_of
         port.read_state()
         sessions = port.sessions
         asyncio.run_coroutine_threadsafe(sim._drop(0.3), sim._loop).result(5)
-        wait_for(lambda: not port._connected, 5, message="the session lost")
+        wait_for(lambda: not port._copy.connected, 5, message="the session lost")
 
         def back():
             port.wait_for_link(0.2)  # what an action in flight does (services/hardware/robot.py)
-            return port._connected
+            return port._copy.connected
         wait_for(back, 10, message="the session back while an action waits for it")
         assert port.sessions == sessions + 1
         assert port.read_state()["connected"] is True

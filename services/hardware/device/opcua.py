@@ -117,17 +117,9 @@ class OpcUaPort(DevicePort):
         self._bridge.start(self._supervise)
 
     @property
-    def _connected(self) -> bool:
-        return self._copy.connected
-
-    @property
     def sessions(self) -> int:
         """Sessions established (a reconnect adds one)."""
         return self._copy.sessions
-
-    @property
-    def notifications(self) -> int:
-        return self._copy.notifications
 
     @property
     def address(self) -> str:
@@ -218,7 +210,7 @@ class OpcUaPort(DevicePort):
             self._bridge.post(self._wake_watchers)
 
     def _wake_watchers(self) -> None:  # in the hub's thread
-        if self._connected and not self._link_back.ready():  # actions waiting for the link first
+        if self._copy.connected and not self._link_back.ready():  # actions waiting for the link first
             self._link_back.send(True)
         if not self._changed.ready():
             self._changed.send(True)
@@ -267,7 +259,7 @@ class OpcUaPort(DevicePort):
         None when the call went out and its answer was lost (the handshake finds
         out). A link failure before the call went out is raised."""
         client = self._client
-        if client is None or not self._connected:
+        if client is None or not self._copy.connected:
             raise self._copy.failure()
         obj, method = self._nodes[device_key], self._nodes[method_key].nodeid
         inputs = variants(args)
@@ -364,7 +356,7 @@ class OpcUaPort(DevicePort):
             answer.wait()
 
     def wait_for_link(self, timeout: float) -> None:
-        if self._connected:
+        if self._copy.connected:
             return
         if self._link_back.ready():
             self._link_back = eventlet.event.Event()
