@@ -25,7 +25,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from shared.db.models import vocabularies as vocab
-from shared.db.models.base import Base, in_list, moment, now_default
+from shared.db.models.base import AuditRecord, Base, in_list, moment, now_default
 
 
 class WorkOrder(Base):
@@ -328,20 +328,15 @@ class LoopMessage(Base):
     handled_at: Mapped[datetime | None] = moment()
 
 
-class AuditLog(Base):
+class AuditLog(AuditRecord, Base):
     """Every operator command and decision: who, what, on what, with what outcome."""
 
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_at", "at"),)
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = now_default()
-    actor: Mapped[str] = mapped_column(String(200), nullable=False)
     action: Mapped[str] = mapped_column(String(64), nullable=False)
     target_type: Mapped[str] = mapped_column(String(32), nullable=False)
     target_id: Mapped[str | None] = mapped_column(String(64))
     outcome: Mapped[str] = mapped_column(String(32), nullable=False)
-    detail: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default=sql_text("'{}'::jsonb"))
 
 
 # The piece records are line tables too, declared beside the others' registry.

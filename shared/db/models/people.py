@@ -12,7 +12,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from shared.db.models.base import Base, in_list, moment, now_default
+from shared.db.models.base import AuditRecord, Base, in_list, moment, now_default
 
 USER_ROLES = ("operator", "platform", "runtime", "admin")
 SESSION_SOURCES = ("local", "ldap")
@@ -70,15 +70,11 @@ class PeopleSignInFailure(Base):
     at: Mapped[datetime] = now_default()
 
 
-class PeopleAudit(Base):
+class PeopleAudit(AuditRecord, Base):
     """Who did what: a command, a manual-action answer, a sign-in or -out, a user change."""
 
     __tablename__ = "people_audit"
-    __table_args__ = (Index("ix_people_audit_at", "at"),)
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = now_default()
-    actor: Mapped[str] = mapped_column(String(200), nullable=False)
     role: Mapped[str | None] = mapped_column(String(16))
     action: Mapped[str] = mapped_column(String(64), nullable=False)
     target_type: Mapped[str] = mapped_column(String(32), nullable=False)
@@ -86,4 +82,3 @@ class PeopleAudit(Base):
     line_id: Mapped[str | None] = mapped_column(String(64))
     outcome: Mapped[str] = mapped_column(String(64), nullable=False)
     source: Mapped[str | None] = mapped_column(String(64))
-    detail: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default=sql_text("'{}'::jsonb"))
