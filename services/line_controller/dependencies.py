@@ -21,6 +21,7 @@ from shared.db.engine import make_engine
 from shared.db.lines import line_placement
 from shared.layout import load_layout
 from shared.rpc import RpcClientPool
+from shared.transport.pgsql.outbox import same_database
 
 from .hardware_port import HardwareRequest
 from .loop import EventLoop
@@ -192,6 +193,9 @@ class ProductionLoop(DependencyProvider):
                               action_timeout_seconds=float(config.get(
                                   "LINECTL_STEP_TIMEOUT", self.settings.step_timeout_seconds)),
                               cycle_overdue_factor=self.settings.cycle_overdue_factor)
+        # pgsql:// on the loop's own database: the loop's messages go out in its transactions.
+        self.loop.uow.outbox = same_database(config.get("AMQP_URI", ""), config["LINECTL_DATABASE_URL"])
+        self.loop.uow.outbox_role = role
         self.instance_id = uuid.uuid4().hex
         self.loop.hardware = NamekoHardwarePort(config, self.loop, instance_id=self.instance_id,
                                                 hardware_service=self.line.hardware)

@@ -237,6 +237,7 @@ class EventLoop:
                 status = ctx.outcome or "HANDLED"
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
                 work.close(msg if record else None, status=status, result=result, audit=audit)
+                self._stage(work)
             if work.duplicate:
                 return self._duplicate(msg)
         except Rejected as exc:
@@ -337,8 +338,16 @@ class EventLoop:
         self.handled_total += 1
         return outcome
 
+    def _stage(self, work: LoopTransaction) -> None:
+        """With an outbox (``uow.outbox``), the transaction's frames are published in
+        it, before its commit: no commit of their own, and none if it rolls back."""
+        if self.uow.outbox and work.frames:
+            with work.publishing(self.uow.outbox_role):
+                self._publish(work)
+            work.published = True
+
     def _publish(self, work: LoopTransaction) -> None:
-        if not work.frames:
+        if not work.frames or work.published:
             return
         try:
             self.publish(work.tx_id, work.frames)
@@ -386,6 +395,7 @@ class EventLoop:
                     requests.extend(self.executor.apply(work.db, action))
                 if work.db.events:  # nothing chosen: no transaction to record
                     work.close(None, status="HANDLED")
+                    self._stage(work)
         except Rejected as exc:
             log.warning("scheduling round dropped: %s", exc.message)
             return True

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from shared.transport.pgsql.outbox import Outbox, publishing_in
+
 from .dbstate import DBState, Rejected
 from .messages import EventLoopMessage
 
@@ -48,6 +50,16 @@ class LoopTransaction:
     tx_id: int
     closed: bool = False
     frames: list[dict] | None = None  # the committed events, as published
+    outbox: Outbox | None = None  # what was published in this transaction (pgsql:// on its database)
+    published: bool = False  # its frames were published in it
+
+    @contextlib.contextmanager
+    def publishing(self, role: str | None):
+        """Publishes of this block go into this transaction (``shared.transport.pgsql.outbox``)."""
+        if self.outbox is None:
+            self.outbox = Outbox(self.db.conn.connection.dbapi_connection, role=role)
+        with publishing_in(self.outbox):
+            yield self.outbox
 
     def close(self, msg: EventLoopMessage | None, *, status: str, **outcome) -> None:
         """Record the outcome (``msg`` None: a scheduling round, no message row)."""
@@ -79,6 +91,11 @@ class UnitOfWork:
         self.database_was_away = False  # a transaction or message met an absent database (the loop re-checks)
         # The transactions' time (None: the wall clock): a test plays a shift of hours in a second.
         self.clock = None
+        # The transport is pgsql:// on this database: what a transaction publishes is
+        # written in it (an outbox), as the role's login (``outbox_role``: the role the
+        # loop's statements run as, which may not write the transport's rows).
+        self.outbox = False
+        self.outbox_role: str | None = None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -110,6 +127,22 @@ class UnitOfWork:
         if work.frames:
             self.last_seq += len(work.frames)
             self.last_tx += 1
+        self._wake(work)
+
+    def _wake(self, work: LoopTransaction) -> None:
+        """Wake the consumers of what the committed transaction published, without
+        waiting for a flush. Lost (the database went away), the rows wait for their
+        queue's next wake-up or a consumer's start, as a lost notification does."""
+        wake = work.outbox.wake() if work.outbox is not None else None
+        if wake is None:
+            return
+        try:
+            with self._conn.begin():
+                self._conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                self._conn.exec_driver_sql(*wake)
+        except Exception as exc:  # noqa: BLE001 - the commit stands; see above
+            self._conn = None
+            log.warning("tx %s: its messages' wake-up failed (%s)", work.tx_id, type(exc).__name__)
 
     def _begin(self):
         if self._conn is None or self._conn.closed or self._conn.invalidated:

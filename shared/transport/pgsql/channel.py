@@ -16,6 +16,8 @@ from kombu.transport.virtual.base import queue_declare_ok_t
 from psycopg2 import errorcodes
 from psycopg2.extensions import TRANSACTION_STATUS_INERROR
 
+from .outbox import OutboxMismatch
+from .outbox import current as current_outbox
 from .settling import Message, QoS
 from .sql import (
     CANCEL_SQL,
@@ -64,11 +66,15 @@ class Channel(virtual.Channel):
         self._acked = []
         self._acked_at = 0.0  # monotonic time of the oldest ack in _acked
         self._conn = connection.connect_db()
-        # Prepared once per connection, in the same round trip as the lease lookup.
-        (self._backend,) = self._query(
+        # Prepared once per connection, in the same round trip as the lease lookup
+        # and the transport tables' schema (an outbox names it: outbox.py).
+        ((pid, started, self._schema),) = self._query(
             "".join(f"{statement.prepare};\n" for statement in PREPARED)
-            + "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            + "SELECT pid, backend_start, (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid ="
+            " c.relnamespace WHERE c.oid = to_regclass('mq_message'))"
+            " FROM pg_stat_activity WHERE pid = pg_backend_pid()"
         )
+        self._backend = (pid, started)
 
     # -- SQL ------------------------------------------------------------------
 
@@ -227,7 +233,13 @@ class Channel(virtual.Channel):
         persistent = props.get("delivery_mode") == 2 and self.connection.durable_publish
         params = (exchange or "", routing_key or "", payload,
                   int(expiration) if expiration is not None else None, persistent)
-        if persistent and not reply:
+        outbox = None if reply else current_outbox()
+        if outbox is not None:
+            # In the caller's transaction: committed (and flushed) with it (outbox.py).
+            if not outbox.accepts(self._conn):
+                raise OutboxMismatch("a publish in an outbox on another database")
+            routed = outbox.insert(self._schema, *params[:4])
+        elif persistent and not reply:
             # Rows and wake-ups commit at once; then, for a durable queue, the flush is
             # waited for in a transaction of its own (sql.PUBLISH_ROWS says why).
             ((routed, must_flush),) = self._query(PUBLISH_ROWS.call, params)
