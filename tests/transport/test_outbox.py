@@ -59,7 +59,8 @@ def test_a_publish_in_an_outbox_commits_with_the_callers_transaction(db_url, pgs
                 assert cur.fetchone() == (0,)  # not before the caller commits
             caller.commit()
             with caller.cursor() as cur:
-                cur.execute("SELECT xmin::text::bigint FROM mq_message WHERE queue = %s AND lease_pid IS NULL", (queue.name,))
+                cur.execute("SELECT xmin::text::bigint FROM mq_message WHERE queue = %s AND lease_pid IS NULL",
+                            (queue.name,))
                 assert cur.fetchall() == [(txid % 2**32,)]  # written by the caller's transaction
                 cur.execute(*outbox.wake())
             caller.commit()
