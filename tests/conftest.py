@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
 from shared.layout import load_layout  # noqa: E402
-from tests.support import module_queue, stall_report  # noqa: E402
+from tests.support import hung_tests, module_queue, stall_report  # noqa: E402
 from tests.support.db import TestDatabases  # noqa: E402
 from tests.support.ports import answers  # noqa: E402
 
@@ -39,6 +39,7 @@ from tests.support.ports import answers  # noqa: E402
 def pytest_configure(config):
     config.option.suppress_eventlet_notification = True
     config.pluginmanager.register(stall_report, "linectl-stall-report")
+    config.pluginmanager.register(hung_tests, "linectl-hung-tests")  # before pytest-timeout's own timer
     module_queue.register(config)  # a whole-suite shard of tests/run_suite.py
 
 
