@@ -495,3 +495,50 @@ def test_primary_host_offline_the_nodes_die_and_store_online_births_then_the_bac
         assert not host.errors, host.errors[:10]
     finally:
         host.stop()
+
+
+def node_message(seq: int, metrics: list[dict], timestamp: int = 1000) -> bytes:
+    """A Sparkplug payload as an edge node writes it (names in a birth, aliases after)."""
+    payload = pb.Payload(timestamp=timestamp, seq=seq)
+    for m in metrics:
+        metric = payload.metrics.add(datatype=pb.UInt64, long_value=m["value"], timestamp=timestamp,
+                                     is_historical=m.get("historical", False))
+        metric.alias = m["alias"]
+        if "name" in m:
+            metric.name = m["name"]
+    return payload.SerializeToString()
+
+
+def test_the_host_takes_a_new_session_s_message_that_repeats_an_old_session_s_bytes(mqtt_broker):
+    """A node born again (a takeover that forwards its backlog again from the same saved
+    acknowledgement) sends the same historical metrics with the same seq: the same bytes as
+    the old session's. They are the new session's messages; only a copy within one session
+    is a duplicate. (The test host dropped them as copies and saw "NDATA seq 40 after 5".)"""
+    import paho.mqtt.client as mqtt
+
+    host = SparkplugHost(mqtt_broker.url, GROUP)
+    node = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-edge-node")
+    node.connect("127.0.0.1", mqtt_broker.port, keepalive=5)
+    node.loop_start()
+    try:
+        assert host.subscribed.wait(10)
+
+        def send(kind: str, data: bytes) -> None:
+            node.publish(f"spBv1.0/{GROUP}/{kind}/n1", data, qos=1).wait_for_publish(5)
+
+        history = node_message(1, [{"alias": 2, "value": 41, "historical": True}])
+        for bd_seq in (1, 2):  # two sessions, each: a birth, then the same backlog message
+            send("NBIRTH", node_message(0, [{"name": "bdSeq", "alias": 1, "value": bd_seq},
+                                            {"name": "Line/EventSeq", "alias": 2, "value": 50}]))
+            send("NDATA", history)
+        send("NDATA", history)  # a true copy (QoS 1 is at least once): dropped
+        send("NDATA", node_message(2, [{"alias": 2, "value": 51}]))
+        wait_for(lambda: len(host.trace) == 6, 10, 0.02, lambda: "\n".join(host.trace))
+        assert not host.errors, host.errors
+        assert [s.seq for s in host.of("n1", "NDATA")] == [1, 1, 2] and host.redelivered == 1
+        assert host.event_seqs["n1"] == [(41, True), (41, True), (51, False)]
+        assert host.nodes["n1"].live["/Line/EventSeq"] == 51
+    finally:
+        node.disconnect()
+        node.loop_stop()
+        host.stop()

@@ -105,11 +105,6 @@ def born_again(host: SparkplugHost, before: dict[str, int]) -> bool:
                and host.nodes[line_id].devices_online == devices_of(line_id) for line_id in ORDERS)
 
 
-# Opt-in until a host's seq error after a takeover is understood: in CI and here the host
-# has seen an earlier session's NDATA after the new births (e.g. "seq 71 after 7"), now and
-# then; Line/EventSeq stayed complete. LINECTL_UNS_PLANT_TEST=1 runs it (issue 52, left open).
-@pytest.mark.skipif(os.environ.get("LINECTL_UNS_PLANT_TEST") != "1",
-                    reason="opt-in (LINECTL_UNS_PLANT_TEST=1): a seq error after a takeover is still open")
 def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses_no_seq(stack_factory, tmp_path):
     pair = ReplicaPair().start()
     broker = Broker(tmp_path / "mosquitto", persistent=True).start()

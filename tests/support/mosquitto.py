@@ -80,11 +80,14 @@ class Broker:
         # broker restart, as a plant's broker keeps them; written every second (``saved()``).
         self.store = directory / "mosquitto.db"
         persistence = ["persistence true", f"persistence_location {directory}/", "autosave_interval 1"]
+        # LINECTL_MOSQUITTO_VERBOSE=1: every packet in mosquitto.log (who published what, to whom,
+        # with which message id and DUP flag): how a host's odd message is traced to its sender.
         # As root mosquitto drops to the user "mosquitto", who may not write the temp directory.
         lines = [f"user {getpass.getuser()}", f"listener {self.port} 127.0.0.1",
                  *(persistence if persistent else ["persistence false"]),
                  "log_dest stderr",
-                 "log_type error", "log_type warning", "log_type notice",
+                 *(["log_type all", "log_timestamp_format %H:%M:%S"] if os.environ.get("LINECTL_MOSQUITTO_VERBOSE")
+                   else ["log_type error", "log_type warning", "log_type notice"]),
                  "max_inflight_messages 0", "max_queued_messages 100000"]
         if users:
             passwords = directory / "passwords"

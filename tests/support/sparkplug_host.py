@@ -13,8 +13,14 @@ node checks what a host must:
 * a historical metric (``is_historical``) never updates the live value;
 * a message delivered twice (QoS 1 is at least once: a broker that crashed
   resends, from its last saved state, what it had not seen acknowledged) is
-  the same bytes on the same topic: the copy is counted (``redelivered``) and
-  dropped, as a host drops a duplicate.
+  the same bytes on the same topic *within the node's session*: the copy is
+  counted (``redelivered``) and dropped, as a host drops a duplicate. A new
+  session (an NBIRTH) starts afresh: its messages may repeat an older
+  session's bytes exactly (seq restarts at 0, and a publisher that forwards
+  its backlog again from the same acknowledged point sends the same
+  historical metrics with the same seq), and they are new messages. (Copies
+  of an old session's messages come before the new NBIRTH: a broker delivers
+  a subscriber's queue in order.)
 
 It records every message (``messages``), the ``Line/EventSeq`` values seen
 (``event_seqs``), and anything a host would call wrong (``errors``). With
@@ -80,7 +86,9 @@ class SparkplugHost:
         self.errors: list[str] = []
         self.rebirths_asked = 0
         self.redelivered = 0
-        self._seen_payloads: set[bytes] = set()  # digests of (topic, payload) received
+        # node -> digests of (topic, payload) of its current session's messages (since its NBIRTH)
+        self._session_digests: dict[str, set[bytes]] = {}
+        self.trace: list[str] = []  # every message received, one line each (what a failure shows)
         host, _, port = broker_url.split("://", 1)[1].partition(":")
         # persistent: the broker keeps the host's session while it is away (a historian's way).
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-host-{id(self):x}",
@@ -125,19 +133,40 @@ class SparkplugHost:
             return
         kind, node_id, device = levels[2], levels[3], levels[4] if len(levels) > 4 else None
         digest = hashlib.sha1(msg.topic.encode() + b"\0" + msg.payload).digest()
-        with self.lock:
-            if digest in self._seen_payloads:
-                self.redelivered += 1
-                return
-            self._seen_payloads.add(digest)
         try:
             payload = pb.Payload.FromString(msg.payload)
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"{msg.topic}: undecodable ({exc})")
             return
         with self.lock:
+            seen = self._session_digests.setdefault(node_id, set())
+            self.trace.append(self._traced(msg, payload, digest in seen))
+            if digest in seen:
+                self.redelivered += 1
+                return
+            if kind == "NBIRTH":
+                seen = self._session_digests[node_id] = set()
+            seen.add(digest)
             node = self.nodes.setdefault(node_id, NodeState())
             self._check(kind, node_id, device, node, payload)
+
+    @staticmethod
+    def _traced(msg, payload, copy: bool) -> str:
+        named = {m.name: value_of(m) for m in payload.metrics if m.name in ("bdSeq", "Line/EventSeq")}
+        seq = payload.seq if payload.HasField("seq") else None
+        return (f"{time.time():.3f} {msg.topic} seq={seq} bdSeq={named.get('bdSeq')} "
+                f"EventSeq={named.get('Line/EventSeq')} ts={payload.timestamp} dup={int(msg.dup)} mid={msg.mid}"
+                f"{' COPY' if copy else ''}")
+
+    def _traced_of(self, node_id: str, count: int) -> list[str]:
+        """The node's last ``count`` messages received, as traced (the lock held)."""
+        found = []
+        for line in reversed(self.trace):
+            if line.split(" ", 2)[1].split("/")[3:4] == [node_id]:
+                found.append(line)
+                if len(found) == count:
+                    break
+        return found[::-1]
 
     def _metrics(self, node_id: str, node: NodeState, device: str | None, payload, birth: bool) -> list[dict]:
         out = []
@@ -182,7 +211,8 @@ class SparkplugHost:
             self.errors.append(f"{node_id}: {kind} while the node is not born")
             return
         if seq is None or seq != (node.last_seq + 1) % 256:
-            self.errors.append(f"{node_id}: {kind} seq {seq} after {node.last_seq}")
+            self.errors.append(f"{node_id}: {kind} seq {seq} after {node.last_seq}; received before it:\n"
+                               + "\n".join(self._traced_of(node_id, 12)))
             self.request_rebirth(node_id)
         node.last_seq = seq
         metrics = self._metrics(node_id, node, device, payload, birth=kind == "DBIRTH")
