@@ -70,9 +70,12 @@ class Lines:
     def running(self) -> None:
         """An order under way on every line (a new one where the last one ended): each
         interruption then lands mid-order."""
-        for line_id, (product, quantity) in ORDERS.items():
-            if self.orders[line_id] and self.status(line_id, self.orders[line_id][-1]) != "COMPLETED":
-                continue
+        for line_id in ORDERS:
+            self.run_on(line_id)
+
+    def run_on(self, line_id: str) -> None:
+        product, quantity = ORDERS[line_id]
+        if not self.orders[line_id] or self.status(line_id, self.orders[line_id][-1]) == "COMPLETED":
             code, order = self.stack.request("POST", f"/api/lines/{line_id}/work-orders",
                                              {"productId": product, "quantity": quantity}, self.token, timeout=30)
             assert code == 201, order
@@ -82,11 +85,24 @@ class Lines:
             self.orders[line_id].append(order["id"])
 
     def moving(self, events: int = 5) -> None:
-        """Until every line logged ``events`` more events."""
+        """Until every line logged ``events`` more events: a line whose order ended meanwhile
+        gets a new one, and a recovery question an interruption left is answered, as the
+        line's operator would."""
         before = {line_id: self.seq(line_id) for line_id in ORDERS}
+
+        def logging(line_id: str) -> bool:
+            if self.seq(line_id) >= before[line_id] + events:
+                return True
+            self.run_on(line_id)
+            resolve_open_recovery(self.stack, self.token, self.stack.amqp_uri(), line_id)
+            return False
         for line_id in ORDERS:
-            wait_for(lambda line_id=line_id: self.seq(line_id) >= before[line_id] + events, 120, 0.1,
-                     f"{line_id} logging events")
+            wait_for(lambda line_id=line_id: logging(line_id), 120, 0.1,
+                     lambda line_id=line_id: f"{line_id} logging events; open: {self.open_actions(line_id)}")
+
+    def open_actions(self, line_id: str) -> list:
+        code, body = self.stack.get(f"/api/lines/{line_id}/manual-actions?status=OPEN&limit=50", self.token)
+        return [(a["kind"], a.get("context")) for a in body.get("items", [])] if code == 200 else [code, body]
 
     def all_completed(self) -> bool:
         for line_id in ORDERS:
@@ -129,7 +145,8 @@ def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses
         # The broker killed mid-order, and started again.
         lines.running()
         lines.moving()
-        wait_for(broker.store.exists, 10, 0.05, "the broker's store written (the host's session in it)")
+        wait_for(lambda: broker.saved_after(host.subscribed_at), 10, 0.05,
+                 "the broker's store written with the host's session in it")
         before = births(host)
         broker.kill()
         lines.moving()  # the lines go on; the publisher stores

@@ -77,7 +77,7 @@ class Broker:
         self.port = free_port()
         self.tls = make_ca(directory) if tls else None
         # persistent: a host's session (its subscription, and what is queued for it) outlives a
-        # broker restart, as a plant's broker keeps them; written every second (``saved()``).
+        # broker restart, as a plant's broker keeps them; written every second or two (``saved_after``).
         self.store = directory / "mosquitto.db"
         persistence = ["persistence true", f"persistence_location {directory}/", "autosave_interval 1"]
         # LINECTL_MOSQUITTO_VERBOSE=1: every packet in mosquitto.log (who published what, to whom,
@@ -106,6 +106,11 @@ class Broker:
     @property
     def url(self) -> str:
         return f"{'mqtts' if self.tls else 'mqtt'}://127.0.0.1:{self.port}"
+
+    def saved_after(self, moment: float) -> bool:
+        """The broker wrote its store after ``moment`` (``time.time()``): a session it had
+        then survives a kill."""
+        return self.store.exists() and self.store.stat().st_mtime > moment
 
     def start(self) -> Broker:
         self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=subprocess.DEVNULL,

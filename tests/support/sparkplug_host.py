@@ -22,6 +22,9 @@ node checks what a host must:
   of an old session's messages come before the new NBIRTH: a broker delivers
   a subscriber's queue in order.)
 
+A host that joins a running node knows nothing of it before its births: it
+ignores the node's data until then and asks for them (``join``).
+
 It records every message (``messages``), the ``Line/EventSeq`` values seen
 (``event_seqs``), and anything a host would call wrong (``errors``). With
 ``host_id`` it is a primary host: its ``STATE`` is retained online, with a Will
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 import paho.mqtt.client as mqtt
 
 from services.uns.proto import sparkplug_b_pb2 as pb
+from tests.support.waiting import wait_for
 
 NS = "spBv1.0"
 
@@ -100,7 +104,8 @@ class SparkplugHost:
             self.client.will_set(self.state_topic, self._state(False), qos=1, retain=True)
         self.subscribed = threading.Event()
         self.client.on_connect = self._on_connect
-        self.client.on_subscribe = lambda *_a: self.subscribed.set()
+        self.subscribed_at = 0.0  # time.time() of the last subscription's acknowledgement
+        self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
         self.client.connect(host, int(port or 1883), keepalive=5)
         self.client.loop_start()
@@ -121,6 +126,10 @@ class SparkplugHost:
         if self.host_id:
             self.set_online(True)
 
+    def _on_subscribe(self, *_args) -> None:
+        self.subscribed_at = time.time()
+        self.subscribed.set()
+
     def stop(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
@@ -128,6 +137,12 @@ class SparkplugHost:
     # -- what the host does with a message -------------------------------------------------
 
     def _on_message(self, _client, _userdata, msg) -> None:
+        try:
+            self._receive(msg)
+        except Exception as exc:  # noqa: BLE001 - paho's thread would end with it: said, as an error
+            self.errors.append(f"{msg.topic}: the host failed on it: {exc!r}")
+
+    def _receive(self, msg) -> None:
         levels = msg.topic.split("/")
         if len(levels) < 4 or levels[2] in ("NCMD", "DCMD"):
             return
@@ -208,12 +223,14 @@ class SparkplugHost:
             self.messages.append(Seen(kind, node_id, None, seq, metrics, time.time()))
             return
         if not node.online:
+            if node.births == 0:
+                return  # a host that joined a running node: nothing of it is known before its births (join)
             self.errors.append(f"{node_id}: {kind} while the node is not born")
             return
         if seq is None or seq != (node.last_seq + 1) % 256:
             self.errors.append(f"{node_id}: {kind} seq {seq} after {node.last_seq}; received before it:\n"
                                + "\n".join(self._traced_of(node_id, 12)))
-            self.request_rebirth(node_id)
+            self.request_rebirth(node_id, wait=False)
         node.last_seq = seq
         metrics = self._metrics(node_id, node, device, payload, birth=kind == "DBIRTH")
         if kind == "DBIRTH":
@@ -231,11 +248,12 @@ class SparkplugHost:
 
     # -- asking ------------------------------------------------------------------------------
 
-    def request_rebirth(self, node_id: str) -> None:
+    def request_rebirth(self, node_id: str, wait: bool = True) -> None:
         self.rebirths_asked += 1
-        self.command(node_id, [("Node Control/Rebirth", pb.Boolean, True)])
+        self.command(node_id, [("Node Control/Rebirth", pb.Boolean, True)], wait=wait)
 
-    def command(self, node_id: str, metrics: list[tuple[str, int, object]], device: str | None = None) -> None:
+    def command(self, node_id: str, metrics: list[tuple[str, int, object]], device: str | None = None,
+                wait: bool = True) -> None:
         payload = pb.Payload(timestamp=int(time.time() * 1000))
         for name, datatype, value in metrics:
             m = payload.metrics.add(name=name, datatype=datatype)
@@ -245,12 +263,34 @@ class SparkplugHost:
                 m.string_value = str(value)
             else:
                 m.long_value = int(value)
-        self.raw(node_id, payload.SerializeToString(), device)
+        self.raw(node_id, payload.SerializeToString(), device, wait=wait)
 
-    def raw(self, node_id: str, data: bytes, device: str | None = None) -> None:
+    def raw(self, node_id: str, data: bytes, device: str | None = None, wait: bool = True) -> None:
+        """``wait``: until the broker has it; not on paho's own thread (a message's callback),
+        which is the one that would read the acknowledgement."""
         kind = "DCMD" if device else "NCMD"
         topic = "/".join([NS, self.group, kind, node_id] + ([device] if device else []))
-        self.client.publish(topic, data, qos=1).wait_for_publish(5)
+        info = self.client.publish(topic, data, qos=1)
+        if wait:
+            info.wait_for_publish(5)
+
+    def join(self, node_id: str, devices: set[str], timeout: float = 60.0) -> None:
+        """Joining a running node: ask for its births (again every 3 s: a publisher taking
+        over answers none) until the node and ``devices`` are born in this host."""
+        assert self.subscribed.wait(10), "the host's subscription"
+        asked = [0.0]
+
+        def born() -> bool:
+            with self.lock:
+                node = self.nodes.get(node_id)
+                if node is not None and node.online and node.devices_online >= devices:
+                    return True
+            if time.monotonic() - asked[0] >= 3.0:
+                asked[0] = time.monotonic()
+                self.request_rebirth(node_id)
+            return False
+        wait_for(born, timeout, 0.02, lambda: f"{node_id} born in a host that joined it\n"
+                 + "\n".join(self._traced_of(node_id, 20)))
 
     # -- what it saw -------------------------------------------------------------------------
 
