@@ -75,6 +75,15 @@ from shared.db.lines import quote, register_lines  # noqa: E402
 from shared.events import LineServices  # noqa: E402
 from tests.bench.bench_event_loop import ceiling  # noqa: E402
 from tests.bench.bench_flow import transport  # noqa: E402
+from tests.bench.plant_pace import (  # noqa: E402
+    exact_text,
+    exactness,
+    memory,
+    memory_report,
+    pace_summary,
+    pace_table,
+    real_pace_speed,
+)
 from tests.bench.plant_report import PRODUCT, report, summary  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
@@ -92,6 +101,7 @@ class Line:
         self.order_id = None
         self.started = self.ended = None  # perf_counter
         self.started_at = None  # UTC, for the loop_message window
+        self.pids = []  # its simulator's, hardware's and line_controller's
 
 
 def write_plant(directory: Path, count: int) -> tuple[Path, list[Line]]:
@@ -170,7 +180,18 @@ def start_processes(url: str, amqp: str, plant_file: Path, lines: list[Line], ar
             log = open(logs / f"{line.id}-{kind}.log", "wb")  # noqa: SIM115 - closed with the process
             procs.append((f"{line.id} {kind}", subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log,
                                                                 stderr=subprocess.STDOUT)))
+            line.pids.append(procs[-1][1].pid)
     return procs
+
+
+def start_lines(rpc, url: str, amqp: str, plant_file: Path, lines: list[Line], procs: list, args) -> None:
+    """The lines' processes, ``--start-batch`` lines at a time, each batch ready
+    (PLC connected, recovery check done) before the next starts: 32 lines' 96
+    interpreters starting at once on 2 cores would take minutes to time out."""
+    for i in range(0, len(lines), args.start_batch):
+        batch = lines[i:i + args.start_batch]
+        procs += start_processes(url, amqp, plant_file, batch, args, plant_file.parent)
+        wait_ready(rpc, batch, procs)
 
 
 def stop_processes(procs: list) -> None:
@@ -204,8 +225,7 @@ def wait_until(predicate, timeout: float, what: str, procs: list) -> None:
 
 
 def wait_ready(rpc, lines: list[Line], procs: list) -> None:
-    """Every line's PLC connected and its controller's recovery check done; the
-    processes start at once, so on a small machine a plant of 8 takes a while."""
+    """Every line's PLC connected and its controller's recovery check done."""
     deadline = time.monotonic() + 90 + 30 * len(lines)
     for line in lines:
         hardware, controller = getattr(rpc, line.names.hardware), getattr(rpc, line.names.line_controller)
@@ -282,23 +302,28 @@ def progress_sql(lines: list[Line]) -> str:
         for i, line in enumerate(lines))
 
 
-def run_orders(rpc, engine, lines: list[Line], timeout: float, procs: list) -> None:
-    """Start every line's order (queued, not waited for), then note when each is done."""
-    for line in lines:
-        line.started_at, line.started = datetime.now(UTC), time.perf_counter()
-        command(rpc, line, "StartOrder", {"workOrderId": line.order_id}, 0)
+def run_orders(rpc, engine, lines: list[Line], args, procs: list) -> None:
+    """Start every line's order (queued, not waited for), line i ``i × spread / N``
+    seconds after the first, then note when each is done."""
+    timeout = args.spread_seconds + 120 + args.pieces * 3000 / args.speed * len(lines)
     sql = text(progress_sql(lines))
+    first = time.perf_counter()
     deadline = time.monotonic() + timeout
     # One connection for every look: each checkout's pre-ping is an autocommit
     # SELECT 1, a commit (it was 18 of a piece's counted commits, the bench's own).
     with engine.connect() as conn:
         while any(line.ended is None for line in lines):
+            for i, line in enumerate(lines):
+                if line.started is None and time.perf_counter() - first >= i * args.spread_seconds / len(lines):
+                    line.started_at, line.started = datetime.now(UTC), time.perf_counter()
+                    command(rpc, line, "StartOrder", {"workOrderId": line.order_id}, 0)
             rows = conn.execute(sql).all()
             conn.rollback()  # read-only: no commit counted
             now = time.perf_counter()
             for row in rows:
-                if lines[row.i].ended is None and row.status == "COMPLETED" and row.running == 0:
-                    lines[row.i].ended = now
+                line = lines[row.i]
+                if line.started is not None and line.ended is None and row.status == "COMPLETED" and row.running == 0:
+                    line.ended = now
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out: {[line.id for line in lines if line.ended is None]} not done")
             if any(proc.poll() is not None for _, proc in procs):
@@ -323,19 +348,20 @@ def loop_figures(engine, lines: list[Line]) -> tuple[list[float], int]:
     return sorted(v for v in values if v is not None), transactions
 
 
-def measure(server, url: str, amqp: str, lines: list[Line], procs: list, args) -> dict:
-    """The idle window, then the orders, with the meters around both."""
+def measure(server, url: str, amqp: str, plant_file: Path, lines: list[Line], procs: list, args) -> dict:
+    """The lines started, the idle window, then the orders, with the meters around both."""
     database = url.rsplit("/", 1)[1]
     engine = make_engine(url, pool_size=2)
     config = {"AMQP_URI": amqp, "serializer": "json"}
     try:
         with ClusterRpcProxy(config, timeout=30) as rpc:
-            wait_ready(rpc, lines, procs)
+            start_lines(rpc, url, amqp, plant_file, lines, procs, args)
             for line in lines:
                 order = command(rpc, line, "CreateOrder", {"productId": PRODUCT, "quantity": args.pieces,
                                                            "code": f"BENCH-{line.id}"}, 30)
                 line.order_id = order["result"]["id"]
             meter = Meter(server, engine, database, procs)
+            used = memory({line.id: line.pids for line in lines}, meter.postmaster)
             eventlet.sleep(args.settle_seconds)  # the start-up's statistics flushed
             if args.statements:
                 statements(engine, database)
@@ -345,35 +371,37 @@ def measure(server, url: str, amqp: str, lines: list[Line], procs: list, args) -
             idle = delta(before, idle_start)
             if args.statements:
                 print_statements("idle", statements(engine, database), idle["wall"] * len(lines), "line-second")
-            run_orders(rpc, engine, lines, 120 + args.pieces * 3000 / args.speed * len(lines), procs)
+            run_orders(rpc, engine, lines, args, procs)
             run_cpu = delta(meter.cpu(), before)
             eventlet.sleep(args.settle_seconds)
             counted = delta(meter.counters(), before)
             if args.statements:
                 print_statements("run (with the settle's idle)", statements(engine, database, reset=False),
                                  args.pieces * len(lines), "piece")
-        per_second = {k: idle[k] / idle["wall"] for k in ("pg", "services", "commits", "xids", "syncs")}
+        per_second = {k: idle[k] / idle["wall"] for k in ("pg", "services", "sims", "commits", "xids", "syncs")}
         run = {**run_cpu, **{k: counted[k] - per_second[k] * args.settle_seconds
                              for k in ("commits", "xids", "syncs")}}
         latency, loop_tx = loop_figures(engine, lines)
-        return {"idle": per_second, "run": run, "latency": latency, "loop_tx": loop_tx}
+        return {"idle": per_second, "run": run, "latency": latency, "loop_tx": loop_tx, "memory": used,
+                "busy_seconds": sum(line.ended - line.started for line in lines),
+                "exact": exactness(url, lines, engine)}
     finally:
         engine.dispose()
 
 
-def run_plant(server, base_url: str, count: int, args, tmp: Path) -> dict:
-    plant_file, lines = write_plant(tmp / f"plant-{count}", count)
-    url = fresh_database(base_url, f"plant_{count}", args.statements)
+def run_plant(server, base_url: str, count: int, kind: str, args, tmp: Path) -> dict:
+    plant_file, lines = write_plant(tmp / f"plant-{count}-{kind}", count)
+    url = fresh_database(base_url, f"plant_{count}_{kind}", args.statements)
     engine = make_engine(url, pool_size=1)
     with engine.begin() as conn:
         placed = register_lines(conn, [line.id for line in lines], default=lines[0].id)
     engine.dispose()
     for line in lines:
         line.schema = placed[line.id].schema
-    amqp, cleanup = transport(url, args.transport)
-    procs = start_processes(url, amqp, plant_file, lines, args, plant_file.parent)
+    amqp, cleanup = transport(url, kind)
+    procs = []
     try:
-        figures = measure(server, url, amqp, lines, procs, args)
+        figures = measure(server, url, amqp, plant_file, lines, procs, args)
     except BaseException:
         show_logs(plant_file.parent)
         raise
@@ -381,7 +409,7 @@ def run_plant(server, base_url: str, count: int, args, tmp: Path) -> dict:
         stop_processes(procs)
         cleanup()
     paces = [args.pieces * 60 / (line.ended - line.started) for line in lines]
-    return {"lines": count, "paces": paces, **figures}
+    return {"lines": count, "transport": kind, "paces": paces, **figures}
 
 
 def show_logs(directory: Path, tail: int = 30) -> None:
@@ -396,19 +424,61 @@ def commit_ceiling(base_url: str) -> float:
     return ceiling(url, 3.0)
 
 
-def main(argv=None) -> int:
+def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", default="1,2,4,8", help="plant sizes, in turn (the first is the reference)")
-    ap.add_argument("--pieces", type=int, default=16, help="pieces in every line's order")
-    ap.add_argument("--speed", type=float, default=50.0, help="every simulator's speed")
+    ap.add_argument("--real-pace", action="store_true",
+                    help="every line at one piece a minute (the simulator's speed set so), orders of --minutes pieces, "
+                         "their starts spread over --spread-seconds; sizes 1,8,32 unless --lines")
+    ap.add_argument("--minutes", type=int, default=3, help="real pace: each line's busy minutes (its order's pieces)")
+    ap.add_argument("--lines", help="plant sizes, in turn (the first is the reference; default 1,2,4,8)")
+    ap.add_argument("--pieces", type=int, help="pieces in every line's order (default 16)")
+    ap.add_argument("--speed", type=float, help="every simulator's speed (default 50)")
+    ap.add_argument("--spread-seconds", type=float,
+                    help="the orders' starts spread evenly over this (default 0; real pace 30)")
     ap.add_argument("--idle-seconds", type=float, default=30.0)
     ap.add_argument("--settle-seconds", type=float, default=12.0)
-    ap.add_argument("--transport", choices=("pgsql", "amqp"), default="pgsql",
-                    help="amqp: RabbitMQ on 127.0.0.1:5672 (a private vhost) or LINECTL_BENCH_AMQP_URI")
+    ap.add_argument("--start-batch", type=int, default=4, help="lines started at once (start-up is not measured)")
+    ap.add_argument("--transport", default="pgsql",
+                    help="pgsql, amqp or both (pgsql,amqp: each size on each in turn, the last the reference); "
+                         "amqp: RabbitMQ on 127.0.0.1:5672 (a private vhost) or LINECTL_BENCH_AMQP_URI")
     ap.add_argument("--statements", action="store_true",
                     help="also list the statements PostgreSQL ran, idle and per piece (pg_stat_statements)")
     args = ap.parse_args(argv)
+    args.transports = [t for t in args.transport.split(",") if t]
+    if not args.transports or set(args.transports) - {"pgsql", "amqp"}:
+        ap.error(f"--transport: pgsql, amqp or pgsql,amqp, not {args.transport!r}")
+    pace = args.real_pace
+    args.lines = args.lines or ("1,8,32" if pace else "1,2,4,8")
+    args.pieces = args.pieces or (args.minutes if pace else 16)
+    args.speed = args.speed or (real_pace_speed(TEMPLATE, PRODUCT) if pace else 50.0)
+    args.spread_seconds = (30.0 if pace else 0.0) if args.spread_seconds is None else args.spread_seconds
+    return args
+
+
+def measure_sizes(server, base: str, sizes: list[int], args, tmp: Path) -> dict[str, list[dict]]:
+    """Every plant size on every transport, in turn: {transport: [figures per size]}."""
+    results = {kind: [] for kind in args.transports}
+    for count in sizes:
+        for kind in args.transports:
+            print(f"== {count} line(s), {kind}", flush=True)
+            began = time.monotonic()
+            try:
+                r = run_plant(server, base, count, kind, args, tmp)
+            except SystemExit as exc:  # the other sizes still count
+                print(f"{count} line(s) on {kind} not measured: {exc}", flush=True)
+                continue
+            results[kind].append(r)
+            print(summary(r, args.pieces), exact_text(r, args.pieces), sep="\n", flush=True)
+            if args.real_pace:
+                print(pace_summary(r), flush=True)
+            print(f"   {time.monotonic() - began:.0f} s with start-up and stop", flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     sizes = [int(n) for n in args.lines.split(",") if n]
+    began = time.monotonic()
     # py-amqp warns of every late frame when the bench's RPC client closes (--transport amqp).
     logging.getLogger("amqp").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="linectl-bench-plant-") as tmp:
@@ -423,21 +493,23 @@ def main(argv=None) -> int:
             engine.dispose()
             server.restart()  # track_commit_timestamp takes a restart
             ceil = commit_ceiling(base)
-            results = []
-            for count in sizes:
-                print(f"== {count} line(s)", flush=True)
-                try:
-                    results.append(run_plant(server, base, count, args, Path(tmp)))
-                except SystemExit as exc:  # the other sizes still count
-                    print(f"{count} line(s) not measured: {exc}", flush=True)
-                    continue
-                print(summary(results[-1], args.pieces), flush=True)
+            results = measure_sizes(server, base, sizes, args, Path(tmp))
         finally:
             server.stop()
-    if not results:
+    for rs in results.values():
+        if rs:
+            report(rs, args, ceil)
+    measured = [r for rs in results.values() for r in rs]
+    if not measured:
         return 1
-    report(results, args, ceil)
-    return 0 if len(results) == len(sizes) else 1
+    if args.real_pace or len(args.transports) > 1:
+        pace_table(results, "real pace" if args.real_pace else f"flat out (speed {args.speed:g})")
+    memory_report(results)
+    inexact = [f"{r['lines']} line(s) on {r['transport']}" for r in measured if r["exact"]["broken"]]
+    print(f"\nevery order exact: {'NO, not on ' + ', '.join(inexact) if inexact else 'yes'}; "
+          f"{len(measured)} of {len(sizes) * len(args.transports)} runs measured; "
+          f"{(time.monotonic() - began) / 60:.1f} min in all")
+    return 0 if len(measured) == len(sizes) * len(args.transports) and not inexact else 1
 
 
 if __name__ == "__main__":

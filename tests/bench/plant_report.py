@@ -91,7 +91,7 @@ def real_pace(results: list[dict], pieces: int, ceil: float) -> None:
 
 def report(results: list[dict], args, ceil: float) -> None:
     print(f"\nplant benchmark: every line one order of {args.pieces} × {PRODUCT}, simulator speed {args.speed:g}, "
-          f"transport {args.transport}, "
+          f"transport {results[0]['transport']}, "
           f"one PostgreSQL (fsync on), {os.cpu_count()} cores; ours/others: the machine's CPU our processes / "
           f"everything else used during the run")
     table(results, args.pieces)
