@@ -2,7 +2,14 @@
 loop's latency, and what PostgreSQL spends per piece (issue 38).
 
     .venv/bin/python tests/bench/bench_plant.py [--lines 1,2,4,8] [--pieces 16] [--speed 50]
-        [--idle-seconds 30] [--settle-seconds 12]
+        [--idle-seconds 30] [--settle-seconds 12] [--transport pgsql|amqp|pgsql,amqp]
+    .venv/bin/python tests/bench/bench_plant.py --real-pace [--lines 1,8,32] [--minutes 2]
+        [--transport pgsql,amqp]
+
+``--real-pace`` (issue 55): every line at a real cell's pace, one piece a
+minute, instead of flat out; plant_pace.py says what it adds. With two
+transports each plant size runs on each in turn, the last the reference of the
+ratios printed side by side.
 
 One embedded PostgreSQL (fsync on, ``track_commit_timestamp`` on); for each plant
 size in ``--lines``, in turn, a fresh database on it and a plant of that many
@@ -12,9 +19,12 @@ schema of their own). Every line runs as ``linectl up`` runs it: its
 line_controller and hardware service as OS processes of their own (``python -m
 services.stack.run_service … --line ID``; transport ``pgsql://`` on the same
 database, or RabbitMQ with ``--transport amqp``) and its own simulator
-(``linectl sim``, the same speed and seed for every line). Every line gets one
-order of ``--pieces`` BRACKET-A; all start together, and each line's time runs
-from its StartOrder to its order COMPLETED with no task running. Speed 50: one
+(``linectl sim``, the same speed and seed for every line). The lines start
+``--start-batch`` at a time, each batch ready before the next (start-up is not
+measured). Every line gets one order of ``--pieces`` BRACKET-A; all start
+together (or spread over ``--spread-seconds``), and each line's time runs from
+its StartOrder to its order COMPLETED with no task running; at the end every
+order must be exact (tests/ops/invariants.py), or the bench exits 1. Speed 50: one
 line alone is already at its software pace there (about 25–30 pieces/min; 100
 is no faster), so a higher speed only adds CPU; 16 pieces: 8 lines finish in a
 few minutes on 2 cores, and a line gives some 250 loop messages for the p99.
@@ -51,8 +61,6 @@ eventlet.monkey_patch()
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -60,7 +68,6 @@ from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import psutil  # noqa: E402
-import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -72,7 +79,6 @@ from services.stack.migrate import upgrade  # noqa: E402
 from shared.db.embedded import EmbeddedPostgres  # noqa: E402
 from shared.db.engine import make_engine  # noqa: E402
 from shared.db.lines import quote, register_lines  # noqa: E402
-from shared.events import LineServices  # noqa: E402
 from tests.bench.bench_event_loop import ceiling  # noqa: E402
 from tests.bench.bench_flow import transport  # noqa: E402
 from tests.bench.plant_pace import (  # noqa: E402
@@ -84,38 +90,16 @@ from tests.bench.plant_pace import (  # noqa: E402
     pace_table,
     real_pace_speed,
 )
+from tests.bench.plant_procs import (  # noqa: E402
+    TEMPLATE,
+    Line,
+    command,
+    show_logs,
+    start_lines,
+    stop_processes,
+    write_plant,
+)
 from tests.bench.plant_report import PRODUCT, report, summary  # noqa: E402
-from tests.support.ports import free_port  # noqa: E402
-
-TEMPLATE = ROOT / "deploy" / "lines" / "cell-a.yaml"
-SEED = 3  # every line's simulator: the same inspection outcomes, so the same work
-
-
-class Line:
-    def __init__(self, n: int, directory: Path):
-        self.id = f"cell-{n}"
-        self.names = LineServices.of_line(self.id, default=n == 1)
-        self.layout_file = directory / f"{self.id}.yaml"
-        self.sim_port = free_port()
-        self.schema = "public"
-        self.order_id = None
-        self.started = self.ended = None  # perf_counter
-        self.started_at = None  # UTC, for the loop_message window
-        self.pids = []  # its simulator's, hardware's and line_controller's
-
-
-def write_plant(directory: Path, count: int) -> tuple[Path, list[Line]]:
-    directory.mkdir(parents=True)
-    template = yaml.safe_load(TEMPLATE.read_text())
-    lines = [Line(n, directory) for n in range(1, count + 1)]
-    for line in lines:
-        layout = {**template, "line": {**template["line"], "id": line.id, "name": f"Bench {line.id}"}}
-        line.layout_file.write_text(yaml.safe_dump(layout, sort_keys=False))
-    plant = {"plant": {"id": f"bench-{count}", "name": f"Bench plant of {count}"},
-             "lines": [{"layout": line.layout_file.name, "plc": "sim"} for line in lines]}
-    plant_file = directory / "plant.yaml"
-    plant_file.write_text(yaml.safe_dump(plant, sort_keys=False))
-    return plant_file, lines
 
 
 def fresh_database(base_url: str, name: str, statements: bool = False) -> str:
@@ -159,87 +143,6 @@ def print_statements(title: str, rows: list, per: float, unit: str, top: int = 4
     print(f"\n{title}: calls and exec ms per {unit} (pg_stat_statements)")
     for row in rows[:top]:
         print(f"  {row.calls / per:9.2f} {row.total_exec_time / per:8.3f}  {row.query}")
-
-
-def start_processes(url: str, amqp: str, plant_file: Path, lines: list[Line], args, logs: Path) -> list:
-    """Every line's simulator, hardware and line_controller: (label, Popen)."""
-    base = {**os.environ, "LINECTL_PLANT_FILE": str(plant_file), "LINECTL_DATABASE_URL": url, "LINECTL_AMQP_URI": amqp,
-            "LINECTL_PLC": "sim", "LINECTL_SIM_SPEED": f"{args.speed:g}", "LINECTL_DATA_DIR": str(logs),
-            "LINECTL_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
-    procs = []
-    for line in lines:
-        env = {**base, "LINECTL_LINE_FILE": str(line.layout_file), "LINECTL_SIM_PORT": str(line.sim_port)}
-        commands = {
-            "sim": [sys.executable, "-m", "services.stack.cli", "sim", "--seed", str(SEED),
-                    "--pallet-size", str(args.pieces + 8), "--pallet-seconds", "1"],
-            "hardware": [sys.executable, "-m", "services.stack.run_service", "hardware", "--line", line.id],
-            "line_controller": [sys.executable, "-m", "services.stack.run_service", "line_controller",
-                                "--line", line.id],
-        }
-        for kind, argv in commands.items():
-            log = open(logs / f"{line.id}-{kind}.log", "wb")  # noqa: SIM115 - closed with the process
-            procs.append((f"{line.id} {kind}", subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log,
-                                                                stderr=subprocess.STDOUT)))
-            line.pids.append(procs[-1][1].pid)
-    return procs
-
-
-def start_lines(rpc, url: str, amqp: str, plant_file: Path, lines: list[Line], procs: list, args) -> None:
-    """The lines' processes, ``--start-batch`` lines at a time, each batch ready
-    (PLC connected, recovery check done) before the next starts: 32 lines' 96
-    interpreters starting at once on 2 cores would take minutes to time out."""
-    for i in range(0, len(lines), args.start_batch):
-        batch = lines[i:i + args.start_batch]
-        procs += start_processes(url, amqp, plant_file, batch, args, plant_file.parent)
-        wait_ready(rpc, batch, procs)
-
-
-def stop_processes(procs: list) -> None:
-    for _, proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + 40
-    for label, proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"  {label} did not stop: killed", file=sys.stderr)
-            proc.kill()
-            proc.wait()
-
-
-def wait_until(predicate, timeout: float, what: str, procs: list) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except Exception:  # noqa: BLE001 - a service not up yet: ask again
-            pass
-        dead = [label for label, proc in procs if proc.poll() is not None]
-        if dead:
-            raise SystemExit(f"{', '.join(dead)} exited while waiting for {what} (logs in the temp dir)")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        eventlet.sleep(0.2)
-
-
-def wait_ready(rpc, lines: list[Line], procs: list) -> None:
-    """Every line's PLC connected and its controller's recovery check done."""
-    deadline = time.monotonic() + 90 + 30 * len(lines)
-    for line in lines:
-        hardware, controller = getattr(rpc, line.names.hardware), getattr(rpc, line.names.line_controller)
-        wait_until(lambda hw=hardware: hw.plc_state()["connected"], deadline - time.monotonic(),
-                   f"{line.id}'s PLC", procs)
-        wait_until(lambda lc=controller: not lc.status()["recovering"], deadline - time.monotonic(),
-                   f"{line.id}'s controller", procs)
-
-
-def command(rpc, line: Line, type_: str, payload: dict, wait: float) -> dict:
-    reply = getattr(rpc, line.names.line_controller).command(type_, payload, "bench", wait_seconds=wait)
-    if reply.get("status") not in ("HANDLED", "QUEUED"):
-        raise SystemExit(f"{line.id}: {type_} answered {reply}")
-    return reply
 
 
 # WAL flushes to disk: pg_stat_io from PostgreSQL 18 on (the embedded server's), pg_stat_wal before.
@@ -412,13 +315,6 @@ def run_plant(server, base_url: str, count: int, kind: str, args, tmp: Path) -> 
     return {"lines": count, "transport": kind, "paces": paces, **figures}
 
 
-def show_logs(directory: Path, tail: int = 30) -> None:
-    for log in sorted(directory.glob("*.log")):
-        lines = log.read_text(errors="replace").splitlines()[-tail:]
-        if lines:
-            print(f"--- {log.name}", *lines, sep="\n", file=sys.stderr)
-
-
 def commit_ceiling(base_url: str) -> float:
     url = fresh_database(base_url, "plant_ceiling")
     return ceiling(url, 3.0)
@@ -429,7 +325,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--real-pace", action="store_true",
                     help="every line at one piece a minute (the simulator's speed set so), orders of --minutes pieces, "
                          "their starts spread over --spread-seconds; sizes 1,8,32 unless --lines")
-    ap.add_argument("--minutes", type=int, default=3, help="real pace: each line's busy minutes (its order's pieces)")
+    ap.add_argument("--minutes", type=int, default=2,
+                    help="real pace: each line's order, in pieces (about a minute each; default 2)")
     ap.add_argument("--lines", help="plant sizes, in turn (the first is the reference; default 1,2,4,8)")
     ap.add_argument("--pieces", type=int, help="pieces in every line's order (default 16)")
     ap.add_argument("--speed", type=float, help="every simulator's speed (default 50)")

@@ -5,7 +5,9 @@ What it adds to the plant bench's figures, per plant size and transport:
 
 * PostgreSQL's CPU per line-minute, idle (the idle window's, per line) and busy
   (the run's, over the lines' busy minutes: each line's StartOrder to its order
-  COMPLETED, summed);
+  COMPLETED, summed), and so how many busy lines one PostgreSQL core carries
+  measured directly (psutil counts CPU in 10 ms ticks: over a 30 s idle window
+  one line's idle figure comes in steps of 20 ms a minute);
 * the lines' own CPU (line_controller and hardware service; the simulators,
   which stand in for the PLCs, apart), per line, in ms per second, idle and busy;
 * each line's processes' memory (RSS, PSS, USS; PostgreSQL's apart), and so how
@@ -108,6 +110,7 @@ def pace_figures(r: dict) -> dict:
         "own_idle": idle["services"] / n * 1000,      # ms/s per line
         "own_busy": run["services"] / busy * 1000,
         "sim_busy": run["sims"] / busy * 1000,
+        "per_core": 60_000 / (run["pg"] / busy * 60 * 1000) if run["pg"] else float("nan"),
         "p50": percentile(r["latency"], 0.5) * 1000,
         "p99": percentile(r["latency"], 0.99) * 1000,
     }
@@ -116,6 +119,7 @@ def pace_figures(r: dict) -> dict:
 ROWS = (("pace", "pieces/min per line (busy)", ".2f"),
         ("pg_idle", "PG CPU ms per line-minute, idle", ".1f"),
         ("pg_busy", "PG CPU ms per line-minute, busy", ".0f"),
+        ("per_core", "busy lines per PG core", ".0f"),
         ("commits_idle", "commits per line-second, idle", ".3f"),
         ("commits", "commits per piece", ".0f"),
         ("syncs", "WAL flushes per piece", ".1f"),
