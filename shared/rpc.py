@@ -116,9 +116,10 @@ class RpcClientPool:
         return proxy, cluster
 
     @contextmanager
-    def client(self):
-        """Borrow a started cluster proxy: ``with pool.client() as rpc: rpc.hardware.x()``."""
-        if not self._slots.acquire(timeout=self.timeout):
+    def client(self, wait: float | None = None):
+        """Borrow a started cluster proxy: ``with pool.client() as rpc: rpc.hardware.x()``;
+        waiting up to ``wait`` seconds (default the pool's timeout) for one to be free."""
+        if not self._slots.acquire(timeout=self.timeout if wait is None else wait):
             raise PoolExhausted(f"all {len(self._all)} RPC clients stayed busy for {self.timeout} s")
         try:
             entry = self._idle_usable()

@@ -84,6 +84,57 @@ class NamekoHardwarePort:
     def sending(self) -> set[str]:
         return set(self._sending)
 
+    def stage(self, req: HardwareRequest):
+        """Publish ``req`` now, in the loop's open transaction (its outbox): it goes
+        out when that commits (then :meth:`sent`), or never (:meth:`discard`). None:
+        not staged (no client free at once, the service unknown): :meth:`request` it
+        after the commit as usual."""
+        lent = self.clients.client(wait=0)
+        try:
+            proxy = lent.__enter__()
+        except Exception:  # noqa: BLE001 - every client busy: sent after the commit
+            return None
+        try:
+            reply = getattr(getattr(proxy, self.hardware_service), req.rpc).call_async(str(req.task_id),
+                                                                                       **req.kwargs)
+        except Exception:  # noqa: BLE001 - e.g. UnknownService: request() refuses it after the commit
+            lent.__exit__(None, None, None)
+            return None
+        return req, lent, reply
+
+    def sent(self, staged) -> None:
+        """``staged``'s transaction committed: await its reply in a green thread of its own."""
+        req = staged[0]
+        self._sending.add(str(req.task_id))
+        eventlet.spawn(self._await_staged, staged)
+
+    def discard(self, staged) -> None:
+        staged[1].__exit__(None, None, None)
+
+    def _await_staged(self, staged) -> None:
+        req, lent, reply = staged
+        try:
+            try:
+                answer = reply.result()
+            except BaseException as exc:
+                try:
+                    lent.__exit__(type(exc), exc, exc.__traceback__)  # the pool keeps or drops the client
+                except BaseException:  # noqa: BLE001, S110 - re-raised by the pool: handled below
+                    pass
+                raise
+            lent.__exit__(None, None, None)
+        except (RemoteError, UnknownService) as exc:
+            log.warning("hardware %s for task %s failed: %s", req.rpc, req.task_id, exc)
+            self.loop.refuse(req, "CONNECTION_REFUSED", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - no answer: asked again, as request() does
+            log.info("hardware %s for task %s: no answer (%s), asking again", req.rpc, req.task_id,
+                     type(exc).__name__)
+            self._call(req)
+        else:
+            self._answered(req, answer)
+        finally:
+            self._sending.discard(str(req.task_id))
+
     def _call_once(self, req: HardwareRequest) -> None:
         try:
             self._call(req)
@@ -111,6 +162,9 @@ class NamekoHardwarePort:
             log.info("hardware %s for task %s: no answer (%s), asking again (%s)",
                      req.rpc, req.task_id, type(failure).__name__, attempt)
             eventlet.sleep(pause)
+        self._answered(req, reply)
+
+    def _answered(self, req: HardwareRequest, reply) -> None:
         if not (reply or {}).get("accepted"):
             self.loop.refuse(req, (reply or {}).get("errorCode", "REJECTED"),
                              (reply or {}).get("errorMessage", "not accepted"))

@@ -42,9 +42,10 @@ from .handlers.recovery import read_plc, recovery_check_message
 from .hardware_port import HardwarePort, HardwareRequest
 from .outage_recheck import OutageRecheck
 from .outcome import Outcome, Pending
+from .outgoing import Outgoing
 from .payloads import instant
 from .scheduler import Scheduler, build_system_state
-from .unit_of_work import LoopTransaction, UnitOfWork, database_away
+from .unit_of_work import UnitOfWork, database_away
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
 
 
-class EventLoop:
+class EventLoop(Outgoing):
     def __init__(self, engine: Engine, layout, *, publish=None, scheduler: Scheduler | None = None,
                  executor: ActionExecutor | None = None, hardware: HardwarePort | None = None,
                  action_timeout_seconds: float = 120.0, cycle_overdue_factor: float = 3.0):
@@ -227,6 +228,7 @@ class EventLoop:
             body = msg.parse()
         except m.ValidationError as exc:
             return self._reject(msg, exc)
+        staged: dict = {}
         try:
             with self.uow.begin(msg.id if record else None) as work:
                 ctx = HandlerContext(work.db, msg, self.layout, cycle_overdue_factor=self.cycle_overdue_factor,
@@ -237,12 +239,15 @@ class EventLoop:
                 status = ctx.outcome or "HANDLED"
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
                 work.close(msg if record else None, status=status, result=result, audit=audit)
-                self._stage(work)
+                staged = self._stage(work, ctx.requests)
             if work.duplicate:
+                self._discard(staged)
                 return self._duplicate(msg)
         except Rejected as exc:
+            self._discard(staged)
             return self._reject(msg, exc)
         except Exception as exc:
+            self._discard(staged)
             if database_away(exc):  # not recorded: a redelivery is handled, not a duplicate
                 log.warning("message %s (%s) not handled: the database does not answer (%s)",
                             msg.id, msg.type, type(exc).__name__)
@@ -253,7 +258,7 @@ class EventLoop:
         self._publish(work)
         self.handled_total += 1
         self._keep_loop_state(body, result, status)
-        self._send(ctx.requests)
+        self._send(ctx.requests, staged)
         for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
         self.outage_recheck.after(msg)
@@ -338,29 +343,6 @@ class EventLoop:
         self.handled_total += 1
         return outcome
 
-    def _stage(self, work: LoopTransaction) -> None:
-        """With an outbox (``uow.outbox``), the transaction's frames are published in
-        it, before its commit: no commit of their own, and none if it rolls back."""
-        if self.uow.outbox and work.frames:
-            with work.publishing(self.uow.outbox_role):
-                self._publish(work)
-            work.published = True
-
-    def _publish(self, work: LoopTransaction) -> None:
-        if not work.frames or work.published:
-            return
-        try:
-            self.publish(work.tx_id, work.frames)
-        except Exception:  # the event log has them; clients fill gaps from it
-            log.exception("publishing tx %s failed", work.tx_id)
-
-    def _send(self, requests: list[HardwareRequest]) -> None:
-        for req in requests:
-            if self.hardware is None:
-                log.warning("no hardware port: task %s not sent", req.task_id)
-                continue
-            self.hardware.request(req)
-
     def refuse(self, req: HardwareRequest, error_code: str, error_message: str) -> None:
         """A hardware request that was not accepted comes back as a failed result."""
         self._enqueue(m.new_message(req.failure_type, {
@@ -388,6 +370,7 @@ class EventLoop:
         if self.scheduler is None or self.recovering or self.hardware_away or self.cell_stopped:
             return False
         requests: list[HardwareRequest] = []
+        staged: dict = {}
         try:
             with self.uow.begin() as work:
                 state = build_system_state(Session(bind=work.db.conn), self.layout, work.db.now)
@@ -395,11 +378,16 @@ class EventLoop:
                     requests.extend(self.executor.apply(work.db, action))
                 if work.db.events:  # nothing chosen: no transaction to record
                     work.close(None, status="HANDLED")
-                    self._stage(work)
-        except Rejected as exc:
+                    staged = self._stage(work, requests)
+        except BaseException as exc:
+            self._discard(staged)
+            if not isinstance(exc, Rejected):
+                raise
             log.warning("scheduling round dropped: %s", exc.message)
             return True
         if work.closed:
             self._publish(work)
-            self._send(requests)
+            self._send(requests, staged)
+        else:
+            self._discard(staged)
         return work.closed

@@ -186,3 +186,44 @@ def test_a_request_is_being_sent_until_the_hardware_accepts_it(container_factory
         assert port.accepted == {"5": "stand-in"}
     finally:
         port.close()
+
+
+def test_a_request_staged_in_the_loops_transaction_goes_out_with_its_commit(container_factory, nameko_config, db_url):
+    """On pgsql:// to the loop's database a request is published in the loop's
+    transaction (issue 55: no publish and flush commits of its own): nothing runs
+    if that transaction rolls back; once it commits, the request's row is the
+    transaction's own and its reply is awaited as a sent one's."""
+    import psycopg2
+
+    from shared.transport.pgsql.outbox import Outbox, publishing_in
+
+    StandInHardware.served = []
+    container_factory(StandInHardware, nameko_config).start()
+    loop = RecordingLoop()
+    port = NamekoHardwarePort(nameko_config, loop, timeout=20.0, clients=1)
+    caller = psycopg2.connect(db_url)
+    try:
+        with publishing_in(Outbox(caller)):
+            staged = port.stage(_request(1))
+        caller.rollback()
+        port.discard(staged)  # its client is free again: the next stage gets it at once
+
+        outbox = Outbox(caller)
+        with caller.cursor() as cur:
+            cur.execute("SELECT txid_current() % 4294967296")
+            (txid,) = cur.fetchone()
+            with publishing_in(outbox):
+                staged = port.stage(_request(2))
+            assert staged is not None
+            cur.execute("SELECT xmin::text::bigint FROM mq_message WHERE queue = %s", (f"rpc-{ev.HARDWARE}",))
+            assert cur.fetchall() == [(txid,)]
+        caller.commit()
+        with caller.cursor() as cur:
+            cur.execute(*outbox.wake())
+        caller.commit()
+        port.sent(staged)
+        wait_for(lambda: port.accepted.get("2") == "stand-in", timeout=20)
+        assert StandInHardware.served == ["2"] and loop.refused == [] and port.sending() == set()
+    finally:
+        caller.close()
+        port.close()
