@@ -93,6 +93,7 @@ class EmbeddedPostgres:
     pgdata: Path
     port: int | None = None
     fast: bool = False  # fsync off etc.: for throw-away test clusters only
+    max_connections: int = 300  # a bench's plant of 32 lines opens some 400
     started_here: bool = False
 
     def __post_init__(self):
@@ -269,7 +270,7 @@ class EmbeddedPostgres:
             f"-p {self.port}",
             "-c listen_addresses=127.0.0.1",
             f"-c unix_socket_directories={self.pgdata}",
-            "-c max_connections=300",
+            f"-c max_connections={int(self.max_connections)}",
             "-c shared_buffers=128MB",
         ]
         if self.fast:

@@ -258,7 +258,9 @@ def measure(server, url: str, amqp: str, plant_file: Path, lines: list[Line], pr
     config = {"AMQP_URI": amqp, "serializer": "json"}
     try:
         with ClusterRpcProxy(config, timeout=30) as rpc:
+            began = time.monotonic()
             start_lines(rpc, url, amqp, plant_file, lines, procs, args)
+            print(f"   {len(lines)} line(s) up in {time.monotonic() - began:.0f} s (not measured)", flush=True)
             for line in lines:
                 order = command(rpc, line, "CreateOrder", {"productId": PRODUCT, "quantity": args.pieces,
                                                            "code": f"BENCH-{line.id}"}, 30)
@@ -379,7 +381,8 @@ def main(argv=None) -> int:
     # py-amqp warns of every late frame when the bench's RPC client closes (--transport amqp).
     logging.getLogger("amqp").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="linectl-bench-plant-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "pg")
+        # Each line's processes hold about 12 connections on pgsql:// (8 lines, 102 backends).
+        server = EmbeddedPostgres(Path(tmp) / "pg", max_connections=max(300, 16 * max(sizes) + 50))
         base = server.start()
         try:
             engine = make_engine(base, pool_size=1)

@@ -26,10 +26,11 @@ def _scalar(url, sql):
 
 @pytest.mark.slow
 def test_start_reuse_stop_and_restart_keeps_data(tmp_path):
-    pg = EmbeddedPostgres(tmp_path / "pg", fast=True)
+    pg = EmbeddedPostgres(tmp_path / "pg", fast=True, max_connections=123)
     url = pg.start()
     try:
         assert pg.started_here
+        assert _scalar(url, "SHOW max_connections") == "123"  # a plant bench's many lines need more
         conn = psycopg2.connect(url)
         conn.autocommit = True
         with conn.cursor() as cur:
