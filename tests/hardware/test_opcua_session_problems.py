@@ -156,6 +156,18 @@ def test_a_server_that_cannot_decrypt_is_checked_against_the_pinned_certificate(
     assert "LINECTL_OPCUA_SERVER_CERT" not in explain(failure, "opc.tcp://plc:4840", credentials, pinned)[1]
 
 
+def test_a_server_without_the_endpoint_asked_for_is_a_setting_to_change():
+    """An unsecured client at a server that offers only secured endpoints (and the
+    other way round) is told which setting to check, as an error: the server
+    answered, and no wait or retry changes that."""
+    failure = ua.UaError("No matching endpoints: 1, http://opcfoundation.org/UA/SecurityPolicy#None")
+    level, sentence = explain(failure, "opc.tcp://plc:4840", None)
+    assert level == logging.ERROR
+    assert "offers no unsecured endpoint: check LINECTL_OPCUA_SECURITY" in sentence
+    level, sentence = explain(failure, "opc.tcp://plc:4840", {"user": USER})
+    assert level == logging.ERROR and "offers no Basic256Sha256 SignAndEncrypt endpoint" in sentence
+
+
 def test_a_new_reason_is_said_at_once_the_same_one_a_minute_later(caplog):
     said, clock = [], Clock()
     problems = ProblemLog(lambda level, message, *args: said.append(message % args), clock)

@@ -107,6 +107,7 @@ class OpcUaPort(DevicePort):
         self._link_back = eventlet.event.Event()
         self._answer = eventlet.event.Event()  # replaced at each wake: every waiter wakes once
         self._startup_waited = False
+        self._server_refused = False  # the last session's server refused it (set in the driver's thread)
         self._credentials = load_credentials(self.options) if security != "none" else None
         self._bridge = LoopThread("opcua-driver")
         quiet_asyncua()
@@ -138,6 +139,7 @@ class OpcUaPort(DevicePort):
             try:
                 client, lost = await self._open_session()
                 self.problems.opened()
+                self._server_refused = False
                 delay = BACKOFF_FIRST
                 stop = asyncio.ensure_future(self._stop.wait())
                 gone = asyncio.ensure_future(lost.wait())
@@ -150,6 +152,9 @@ class OpcUaPort(DevicePort):
                 self.problems.failed(level, message)
                 if isinstance(exc, PlcUnavailable) and exc.code == PLC_IDENTITY_MISMATCH:
                     code = exc.code
+                # The server itself said no (user, certificates, endpoints): an answer, as a
+                # refused PLC is. A timeout or nobody listening may still end in a session.
+                self._server_refused = level >= logging.ERROR and not isinstance(exc, PlcUnavailable)
             self._mark_lost(message[:300], code)
             if client is not None:
                 await disconnect(client)
@@ -206,7 +211,7 @@ class OpcUaPort(DevicePort):
         self._client = None
         if was:
             self._say(logging.WARNING, "%s", message)
-        if was or code == PLC_IDENTITY_MISMATCH:  # a refused PLC is an answer: nobody waits for more
+        if was or code == PLC_IDENTITY_MISMATCH or self._server_refused:  # an answer: nobody waits for more
             self._bridge.post(self._wake_watchers)
 
     def _wake_watchers(self) -> None:  # in the hub's thread
@@ -218,7 +223,7 @@ class OpcUaPort(DevicePort):
         # values and then waits with no green switch between, and this runs green.
         answer, self._answer = self._answer, eventlet.event.Event()
         answer.send(True)
-        if not self._first_session.ready() and (self._copy.ever_connected
+        if not self._first_session.ready() and (self._copy.ever_connected or self._server_refused
                                                  or self._copy.error_code == PLC_IDENTITY_MISMATCH):
             self._first_session.send(True)  # the start-up wait ends: a session, or the PLC refused
 
@@ -246,7 +251,9 @@ class OpcUaPort(DevicePort):
         than one request timeout without anything being wrong. A refused connection
         does not end the wait: under ``linectl up`` the hardware service tries before
         the OPC UA simulator listens (measured under load: 3.7 s against 5-7 s), and
-        ending the wait there would raise PLC_DISCONNECTED at nearly every start."""
+        ending the wait there would raise PLC_DISCONNECTED at nearly every start. A
+        session the server refused (its user, a certificate, no such endpoint) does end
+        it, as another PLC's identity does: no wait changes that answer."""
         if not self._copy.ever_connected and not self._startup_waited:
             with eventlet.Timeout(self.timeout * (CONNECT_TIMEOUTS + 1), False):
                 self._first_session.wait()

@@ -105,9 +105,10 @@ def explain(exc: BaseException, url: str, credentials: dict[str, Any] | None,
             return logging.ERROR, (
                 f"the OPC UA server at {url} rejected this client's certificate ({name}): add {cert_file} to "
                 "the PLC's trusted certificates, or check LINECTL_OPCUA_CERT and LINECTL_OPCUA_KEY")
-        if isinstance(exc, ua.UaError) and "No matching endpoints" in str(exc):
-            return logging.ERROR, (f"the OPC UA server at {url} offers no Basic256Sha256 SignAndEncrypt "
-                                   "endpoint: check LINECTL_OPCUA_SECURITY and the PLC's security settings")
+    if isinstance(exc, ua.UaError) and "No matching endpoints" in str(exc):
+        wanted = "Basic256Sha256 SignAndEncrypt" if credentials is not None else "unsecured"
+        return logging.ERROR, (f"the OPC UA server at {url} offers no {wanted} endpoint: check "
+                               "LINECTL_OPCUA_SECURITY and the PLC's security settings")
     if isinstance(exc, PlcUnavailable) and exc.code == PLC_IDENTITY_MISMATCH:
         return logging.ERROR, exc.message[:300]  # names the line, the address, what was expected and found
     if isinstance(exc, PlcUnavailable):
