@@ -23,6 +23,7 @@ PostgreSQL:
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -177,8 +178,10 @@ def test_up_with_a_plant_runs_every_line_under_its_own_names(stack_factory, plan
             for sql, answer in zip(writes, try_writes(url, writes), strict=True):
                 assert refused(answer), f"{kind}@{line_id} with {mask_url(url)}: {sql}: {answer or 'it wrote'}"
 
+    for stack in (host_a, host_b):  # two hosts: each stops on its own, so both at once
+        stack.proc.send_signal(signal.SIGTERM)
     for stack in (host_a, host_b, central):
-        assert stack.terminate(30) == 0
+        assert stack.terminate(30) == 0  # (a second SIGTERM asks nothing more)
         assert wait_for(lambda stack=stack: not stack.pids(), 20, 0.1, "no process of the stack left")
 
 
