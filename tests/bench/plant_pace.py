@@ -62,6 +62,21 @@ def memory(line_pids: dict[str, list[int]], postmaster: psutil.Process) -> dict:
             "total": psutil.virtual_memory().total / MIB}
 
 
+def too_large(measured: list[dict], count: int) -> str | None:
+    """Why a plant of ``count`` lines would not fit in the memory free now (None: it
+    fits), by the largest PSS a line and PostgreSQL took per line in the sizes
+    measured before; nothing measured yet: it is tried."""
+    if not measured:
+        return None
+    line = max(r["memory"]["line"]["pss"] + r["memory"]["pg_pss"] / r["lines"] for r in measured)
+    free = psutil.virtual_memory().available / MIB
+    need = count * line
+    if need > 0.8 * free:
+        return (f"{count} lines would take about {need / 1024:.1f} GiB ({line:.0f} MiB a line), "
+                f"{free / 1024:.1f} GiB free")
+    return None
+
+
 def line_url(url: str, schema: str) -> str:
     """The database URL with ``schema`` first on the search_path (for the invariants' SQL)."""
     path = url_quote(f'-csearch_path="{schema}"')
