@@ -12,16 +12,18 @@ written from the specification watches it (issue 52's "done when"):
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from shared.plant import load_plant
-from tests.ops.operator import resolve_open_recovery
-from tests.ops.test_uns import GROUP, mqtt_env, since_a_month, uns_output
+from tests.ops.operator import resolve_open_faults, resolve_open_recovery
+from tests.ops.test_uns import GROUP, TAKEOVER_BOUND_SECONDS, mqtt_env, since_a_month, uns_output
 from tests.support.mosquitto import Broker
 from tests.support.replica_pair import ReplicaPair
 from tests.support.sparkplug_host import SparkplugHost
@@ -35,7 +37,11 @@ NODE_METRICS = {"/bdSeq", "/Node Control/Rebirth", "/Line/EventSeq", "/Line/PLC 
                 "/Line/Open Manual Actions", "/Line/LastPiece", "/Line/Shift", "/Line/OEE", "/Line/OEE/Availability",
                 "/Line/OEE/Performance", "/Line/OEE/Quality"}  # docs/uns.md, "Node metrics"
 
-pytestmark = pytest.mark.slow
+# docs/uns.md: the publisher that held the lock exits; the one waiting takes it on the new
+# primary once it accepts writes (asked every 0.5 s), waits out the 1.5 s fence, then births.
+FAILOVER_TAKEOVER_BOUND_SECONDS = 10.0
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # about 25 s alone, 50 s beside other work
 
 
 def devices_of(line_id: str) -> set[str]:
@@ -51,6 +57,7 @@ class Lines:
         self.stack, self.token = stack, token
         self.newest = dict.fromkeys(ORDERS, 0)
         self.orders: dict[str, list[int]] = {line_id: [] for line_id in ORDERS}
+        self.rng = random.Random(52)
 
     def seq(self, line_id: str) -> int:
         """The line's newest event-log seq (paged on from the last one seen)."""
@@ -86,29 +93,42 @@ class Lines:
 
     def moving(self, events: int = 5) -> None:
         """Until every line logged ``events`` more events: a line whose order ended meanwhile
-        gets a new one, and a recovery question an interruption left is answered, as the
-        line's operator would."""
+        gets a new one, and an open question is answered, as the line's operator would."""
         before = {line_id: self.seq(line_id) for line_id in ORDERS}
 
         def logging(line_id: str) -> bool:
             if self.seq(line_id) >= before[line_id] + events:
                 return True
             self.run_on(line_id)
-            resolve_open_recovery(self.stack, self.token, self.stack.amqp_uri(), line_id)
+            self.answer(line_id)
             return False
         for line_id in ORDERS:
             wait_for(lambda line_id=line_id: logging(line_id), 120, 0.1,
-                     lambda line_id=line_id: f"{line_id} logging events; open: {self.open_actions(line_id)}")
+                     lambda line_id=line_id: f"{line_id} logging events; open: {self.open_actions(line_id)}; "
+                     f"its order {self.orders[line_id][-1:]}: {self.status(line_id, self.orders[line_id][-1])}")
 
     def open_actions(self, line_id: str) -> list:
         code, body = self.stack.get(f"/api/lines/{line_id}/manual-actions?status=OPEN&limit=50", self.token)
         return [(a["kind"], a.get("context")) for a in body.get("items", [])] if code == 200 else [code, body]
 
+    def answer(self, line_id: str) -> None:
+        """The questions an operator at the line answers: a recovery after an interruption, a
+        fault (RETRY; under load a machine faulted now and then, cell-a's task 85 once)."""
+        resolve_open_recovery(self.stack, self.token, self.stack.amqp_uri(), line_id)
+        resolve_open_faults(self.stack, self.token, self.rng, line_id=line_id)
+
     def all_completed(self) -> bool:
         for line_id in ORDERS:
-            resolve_open_recovery(self.stack, self.token, self.stack.amqp_uri(), line_id)
+            self.answer(line_id)
         return all(self.status(line_id, order_id) == "COMPLETED"
                    for line_id, ids in self.orders.items() for order_id in ids)
+
+
+def traced(host: SparkplugHost, directory: Path) -> Path:
+    """The host's trace of every message, in a file (a failure names it)."""
+    path = directory / "host.trace"
+    path.write_text("\n".join(list(host.trace)))
+    return path
 
 
 def births(host: SparkplugHost) -> dict[str, int]:
@@ -160,11 +180,15 @@ def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses
         standby_log = tmp_path / "uns-standby.log"
         standby = subprocess.Popen([sys.executable, "-m", "services.uns", "--name", "uns-standby"], env=env,
                                    stdout=standby_log.open("w"), stderr=subprocess.STDOUT)
-        wait_for(lambda: standby.poll() is None and stack.process("uns-standby"), 10, 0.05, "the standby running")
+        wait_for(lambda: "waiting for the plant's publisher lock" in standby_log.read_text(), 60, 0.05,
+                 lambda: f"the standby waiting for the lock\n{standby_log.read_text()[-2000:]}")
         lines.moving()
         before = births(host)
+        killed_at = time.time()
         os.kill(publisher, signal.SIGKILL)
         wait_for(lambda: born_again(host, before), 30, 0.05, lambda: f"the standby's births\n{uns_output(stack)}")
+        took = {line_id: host.of(line_id, "NBIRTH")[before[line_id]].at - killed_at for line_id in ORDERS}
+        assert max(took.values()) < TAKEOVER_BOUND_SECONDS, took
         wait_for(lambda: stack.process("uns") not in (None, publisher), 60, 0.1, "linectl up's uns again (waiting)")
 
         # The database fails over mid-order: the standby publisher loses its lock's session and
@@ -173,9 +197,14 @@ def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses
         lines.moving()
         before = births(host)
         pair.fail_over()
+        promoted_at = time.time()
         wait_for(lambda: born_again(host, before), 120, 0.1, lambda: f"births after the failover\n{uns_output(stack)}"
                  f"\nthe standby's:\n{standby_log.read_text()[-3000:]}")
         assert standby.wait(30) == 1  # it let go: the lock's session was lost
+        failover = {line_id: host.of(line_id, "NBIRTH")[before[line_id]].at - promoted_at for line_id in ORDERS}
+        assert max(failover.values()) < FAILOVER_TAKEOVER_BOUND_SECONDS, failover
+        print(f"takeover after kill -9: {max(took.values()):.2f} s; after the failover's promotion: "
+              f"{max(failover.values()):.2f} s")
 
         wait_for(lines.all_completed, 300, 0.5, "every line's orders completing")
         newest = {line_id: lines.seq(line_id) for line_id in ORDERS}
@@ -184,7 +213,8 @@ def test_a_plant_through_a_broker_restart_a_publisher_kill_and_a_failover_misses
         for line_id in ORDERS:
             wait_for(lambda line_id=line_id: not missing(line_id), 60, 0.05,
                      lambda line_id=line_id: f"{line_id}: every seq up to {newest[line_id]}; missing "
-                     f"{missing(line_id)[:20]}\n{uns_output(stack)}")
+                     f"{missing(line_id)[:20]}; the host's errors: {host.errors[:3]}; what it received: "
+                     f"{traced(host, tmp_path)}\n{uns_output(stack)}")
         # The counts the host reads are the plant's.
         code, stats = stack.get(f"/api/plant/stats?from={since_a_month()}", token)
         assert code == 200, stats

@@ -155,23 +155,30 @@ class SparkplugHost:
             return
         with self.lock:
             seen = self._session_digests.setdefault(node_id, set())
-            self.trace.append(self._traced(msg, payload, digest in seen))
+            node = self.nodes.setdefault(node_id, NodeState())
+            self.trace.append(self._traced(msg, payload, digest in seen, node))
             if digest in seen:
                 self.redelivered += 1
                 return
             if kind == "NBIRTH":
                 seen = self._session_digests[node_id] = set()
             seen.add(digest)
-            node = self.nodes.setdefault(node_id, NodeState())
             self._check(kind, node_id, device, node, payload)
 
     @staticmethod
-    def _traced(msg, payload, copy: bool) -> str:
-        named = {m.name: value_of(m) for m in payload.metrics if m.name in ("bdSeq", "Line/EventSeq")}
+    def _traced(msg, payload, copy: bool, node: NodeState) -> str:
+        """One line: when, the topic, seq, bdSeq, the Line/EventSeq values (h: historical), the
+        broker's message id and DUP flag (COPY: dropped as a duplicate)."""
+        bd, events = None, []
+        for m in payload.metrics:
+            name = m.name or node.aliases.get(m.alias, "")
+            if name == "bdSeq":
+                bd = value_of(m)
+            elif name.endswith("/Line/EventSeq") or name == "Line/EventSeq":
+                events.append(f"{value_of(m)}{'h' if m.is_historical else ''}")
         seq = payload.seq if payload.HasField("seq") else None
-        return (f"{time.time():.3f} {msg.topic} seq={seq} bdSeq={named.get('bdSeq')} "
-                f"EventSeq={named.get('Line/EventSeq')} ts={payload.timestamp} dup={int(msg.dup)} mid={msg.mid}"
-                f"{' COPY' if copy else ''}")
+        return (f"{time.time():.3f} {msg.topic} seq={seq} bdSeq={bd} EventSeq={','.join(events)} "
+                f"ts={payload.timestamp} dup={int(msg.dup)} mid={msg.mid}{' COPY' if copy else ''}")
 
     def _traced_of(self, node_id: str, count: int) -> list[str]:
         """The node's last ``count`` messages received, as traced (the lock held)."""
