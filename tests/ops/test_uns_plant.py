@@ -105,7 +105,8 @@ class Lines:
         for line_id in ORDERS:
             wait_for(lambda line_id=line_id: logging(line_id), 120, 0.1,
                      lambda line_id=line_id: f"{line_id} logging events; open: {self.open_actions(line_id)}; "
-                     f"its order {self.orders[line_id][-1:]}: {self.status(line_id, self.orders[line_id][-1])}")
+                     f"its order {self.orders[line_id][-1:]}: {self.status(line_id, self.orders[line_id][-1])}\n"
+                     + "\n".join([line for line in self.stack.lines if f"@{line_id}" in line][-40:]))
 
     def open_actions(self, line_id: str) -> list:
         code, body = self.stack.get(f"/api/lines/{line_id}/manual-actions?status=OPEN&limit=50", self.token)
