@@ -76,3 +76,34 @@ def test_same_database_compares_where_libpq_connects():
     assert not same_database("pgsql://db/linectl", "postgresql://db/other")
     assert not same_database("amqp://guest@db:5672//", "postgresql://db:5672/")
     assert not same_database("", "postgresql://db/linectl")
+
+
+def test_a_queue_being_deleted_neither_stalls_nor_fails_the_callers_transaction(db_url, pgsql_url):
+    """A dead consumer's auto-delete queue swept while the loop publishes to it: the
+    loop's transaction (its state change) must not wait for the sweep and then fail
+    on the message's foreign key (the plant's UNS test saw a line stop so)."""
+    exchange = Exchange(f"outbox-{uuid.uuid4().hex[:8]}", "fanout", durable=True)
+    kept = Queue(f"{exchange.name}-kept", exchange, durable=True)
+    going = Queue(f"{exchange.name}-going", exchange, durable=False, auto_delete=True)
+    caller, sweeper = psycopg2.connect(db_url), psycopg2.connect(db_url)
+    try:
+        with Connection(pgsql_url) as conn:
+            kept(conn.channel()).declare()
+            going(conn.channel()).declare()
+        with sweeper.cursor() as cur:  # the sweep's delete, not yet committed
+            cur.execute("DELETE FROM mq_queue WHERE name = %s", (going.name,))
+            assert cur.rowcount == 1
+        with caller.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '3s'")  # without the skip: waits, then fails
+            routed = Outbox(caller).insert("public", exchange.name, "", '{"n": 1}', None)
+        assert routed == 1  # the kept queue only
+        sweeper.commit()
+        caller.commit()
+        with caller.cursor() as cur:
+            cur.execute("SELECT queue FROM mq_message WHERE payload = %s AND queue LIKE %s",
+                        ('{"n": 1}', f"{exchange.name}-%"))
+            assert cur.fetchall() == [(kept.name,)]
+        caller.commit()
+    finally:
+        caller.close()
+        sweeper.close()

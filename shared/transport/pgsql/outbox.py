@@ -42,11 +42,20 @@ class OutboxMismatch(RuntimeError):
 # The rows of one message, routed as PUBLISH_ROWS routes it, no NOTIFY; answers
 # the queues routed to. {schema}: the transport tables' schema (the caller's
 # search_path may not include it: a line's loop sees its own schema only).
+# Each target queue is locked against deletion (KEY SHARE) until the caller commits,
+# and a queue being deleted right now (a sweep of a dead consumer's auto-delete
+# queue) is skipped, not waited for: the rows' foreign key would otherwise wait for
+# that delete and then fail, aborting the caller's transaction with the state
+# change it carries, for a message to a queue that is going anyway.
 OUTBOX_SQL = """
 WITH {route},
+live AS (
+    SELECT q.name AS queue FROM {schema}.mq_queue q JOIN targets t ON t.queue = q.name
+    FOR KEY SHARE OF q SKIP LOCKED
+),
 sent AS (
     INSERT INTO {schema}.mq_message (queue, payload, expires_at)
-    SELECT queue, %(payload)s, clock_timestamp() + %(ttl)s * interval '1 millisecond' FROM targets
+    SELECT queue, %(payload)s, clock_timestamp() + %(ttl)s * interval '1 millisecond' FROM live
     RETURNING queue
 )
 SELECT coalesce(array_agg(DISTINCT queue), '{{}}') FROM sent
