@@ -344,6 +344,8 @@ class EdgeNode:
                 self.history.pop(0)
 
     def _send(self, msgs: list[Message], span: tuple[int, int] | None) -> None:
+        if not self.may_publish():  # checked again here: _turn's check came before its wait
+            raise RuntimeError("the publisher's lock is not confirmed: nothing more is sent")
         infos = [(m.qos, self.client.publish(m.topic, m.payload, m.qos, m.retain)) for m in msgs]
         self._unsaved_messages += len(msgs)
         if self.counters is not None:
