@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 import eventlet
 from eventlet.queue import LightQueue
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 from shared.stats import Durations
 
@@ -44,7 +43,8 @@ from .outage_recheck import OutageRecheck
 from .outcome import Outcome, Pending
 from .outgoing import Outgoing
 from .payloads import instant
-from .scheduler import Scheduler, build_system_state
+from .scheduler import Scheduler
+from .scheduling_round import SchedulingRound
 from .unit_of_work import UnitOfWork, database_away
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ UNRECORDED = ("ScheduleTick",)
 RECOVERY_RETRY_SECONDS = 2.0
 
 
-class EventLoop(Outgoing):
+class EventLoop(Outgoing, SchedulingRound):
     def __init__(self, engine: Engine, layout, *, publish=None, scheduler: Scheduler | None = None,
                  executor: ActionExecutor | None = None, hardware: HardwarePort | None = None,
                  action_timeout_seconds: float = 120.0, cycle_overdue_factor: float = 3.0):
@@ -237,9 +237,11 @@ class EventLoop(Outgoing):
                 result = HANDLERS[type(body)](body, ctx)
                 idle, due = work.db.idle_until() if tick else (False, None)
                 status = ctx.outcome or "HANDLED"
+                rounded = self._round_within(work, body)  # None: the round runs after the commit
+                requests = ctx.requests + (rounded[1] if rounded else [])
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
                 work.close(msg if record else None, status=status, result=result, audit=audit)
-                staged = self._stage(work, ctx.requests)
+                staged = self._stage(work, requests)
             if work.duplicate:
                 self._discard(staged)
                 return self._duplicate(msg)
@@ -258,18 +260,12 @@ class EventLoop(Outgoing):
         self._publish(work)
         self.handled_total += 1
         self._keep_loop_state(body, result, status)
-        self._send(ctx.requests, staged)
+        self._send(requests, staged)
         for follow_up in ctx.follow_ups:
             self._enqueue(follow_up)
         self.outage_recheck.after(msg)
-        try:
-            chose = self.schedule()
-        except Exception as exc:  # the message is committed: its outcome stands
-            self.uow.database_was_away |= database_away(exc)
-            log.exception("scheduling round after %s (%s) failed; the next tick retries",
-                          msg.id, msg.type)
-            chose = True
-        if tick and idle and not chose and not work.frames and not ctx.follow_ups and not ctx.requests \
+        chose = rounded[0] if rounded else self._round_after(msg)
+        if tick and idle and not chose and not work.frames and not ctx.follow_ups and not requests \
                 and not self.uow.database_was_away and self.inbox.qsize() == 0:
             self._quiet, self._quiet_until = True, due  # nothing to do until a message or a timer
         return Outcome(msg.id, status, result)
@@ -361,33 +357,3 @@ class EventLoop(Outgoing):
     def cell_stopped(self) -> bool:
         """The PLC is away or the robot is stopped: the line waits for it."""
         return self.plc_away or self.robot_stopped
-
-    def schedule(self) -> bool:
-        """Read a snapshot, let the scheduler choose, apply the chosen actions, all
-        in one transaction; a failed condition drops the whole round (the next
-        round re-plans from the state as it is). None before the recovery check.
-        True when the round changed something or was dropped (the next one may differ)."""
-        if self.scheduler is None or self.recovering or self.hardware_away or self.cell_stopped:
-            return False
-        requests: list[HardwareRequest] = []
-        staged: dict = {}
-        try:
-            with self.uow.begin() as work:
-                state = build_system_state(Session(bind=work.db.conn), self.layout, work.db.now)
-                for action in self.scheduler.choose(state):
-                    requests.extend(self.executor.apply(work.db, action))
-                if work.db.events:  # nothing chosen: no transaction to record
-                    work.close(None, status="HANDLED")
-                    staged = self._stage(work, requests)
-        except BaseException as exc:
-            self._discard(staged)
-            if not isinstance(exc, Rejected):
-                raise
-            log.warning("scheduling round dropped: %s", exc.message)
-            return True
-        if work.closed:
-            self._publish(work)
-            self._send(requests, staged)
-        else:
-            self._discard(staged)
-        return work.closed

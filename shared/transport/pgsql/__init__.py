@@ -76,6 +76,14 @@ reply) waited for it and no two flushes could be shared. A crash before the
 flush can lose a message a consumer took; its publisher then gets an error,
 never a confirm.
 
+Outbox (:mod:`.outbox`): inside ``publishing_in(Outbox(conn))`` a publish to the
+same database is written by ``conn`` in its open transaction, committed (and
+flushed) with the caller's own state change or not at all, with no commit of its
+own; ``Outbox.wake()`` is the one ``NOTIFY`` for its queues after the commit. The
+line_controller's loop publishes its ``line_events`` and hardware requests so on
+``pgsql://`` to its own database. A wake-up lost with the process leaves the rows
+for the queue's next wake-up or a consumer's start; a request so left expires.
+
 ``Connection.connected`` asks :meth:`Transport.verify_connection`: free while the
 process's listener has kept its connection, a ``SELECT 1`` per channel once it lost
 one (a PostgreSQL restart ends every session). Pools of started clients check it
