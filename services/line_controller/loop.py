@@ -45,6 +45,7 @@ from .outgoing import Outgoing
 from .payloads import instant
 from .scheduler import Scheduler
 from .scheduling_round import SchedulingRound
+from .tick_gate import TickGate, next_due
 from .unit_of_work import UnitOfWork, database_away
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,9 @@ class EventLoop(Outgoing, SchedulingRound):
         self.edges_seen: dict[str, datetime] = {}  # the last PLC link and robot edges applied (HandlerContext)
         self._hardware_started_at: datetime | None = None
         self.handling = Durations()  # per message type, for status() and /metrics
-        # An idle line's ticks do not touch the database (tick_due): after a tick that found
-        # nothing to do on an IDLE line, none until a message or a timer (None: no timer).
-        self._quiet, self._quiet_until = False, None
+        # A tick that found nothing to do: no tick touches the database until a message or
+        # the next moment a timer falls due (tick_gate).
+        self.ticks = TickGate(self.uow)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -180,16 +181,13 @@ class EventLoop(Outgoing, SchedulingRound):
 
     def _enqueue(self, msg):
         if msg.type != "ScheduleTick":
-            self._quiet = False  # something may change: the next tick looks again
+            self.ticks.wake()  # something may change: the next tick looks again
         self._waiting.append(time.monotonic())
         self.inbox.put(msg)
 
     def tick_due(self) -> bool:
-        """Whether a ``ScheduleTick`` has anything to look at now (see ``_quiet``)."""
-        if not self._quiet:
-            return True
-        now = self.uow.clock() if self.uow.clock else datetime.now(UTC)
-        return self._quiet_until is not None and now >= self._quiet_until
+        """Whether a ``ScheduleTick`` has anything to look at now (see ``tick_gate``)."""
+        return self.ticks.due()
 
     # -- the consumer -----------------------------------------------------------------------
 
@@ -223,7 +221,8 @@ class EventLoop(Outgoing, SchedulingRound):
         """Handle one message to completion (also callable directly, serially, by tests)."""
         record = msg.type not in UNRECORDED
         tick = msg.type == "ScheduleTick"
-        self._quiet = self._quiet and tick  # (also when handed in directly, not enqueued)
+        if not tick:  # (also when handed in directly, not enqueued)
+            self.ticks.wake()
         try:
             body = msg.parse()
         except m.ValidationError as exc:
@@ -235,7 +234,7 @@ class EventLoop(Outgoing, SchedulingRound):
                                      heard_since=self.heard_since, edges_seen=self.edges_seen,
                                      recovering=self.recovering or self.uow.database_was_away)
                 result = HANDLERS[type(body)](body, ctx)
-                idle, due = work.db.idle_until() if tick else (False, None)
+                due = next_due(work.db, ctx.cycle_bounds) if tick else None
                 status = ctx.outcome or "HANDLED"
                 rounded = self._round_within(work, body)  # None: the round runs after the commit
                 requests = ctx.requests + (rounded[1] if rounded else [])
@@ -265,9 +264,9 @@ class EventLoop(Outgoing, SchedulingRound):
             self._enqueue(follow_up)
         self.outage_recheck.after(msg)
         chose = rounded[0] if rounded else self._round_after(msg)
-        if tick and idle and not chose and not work.frames and not ctx.follow_ups and not requests \
+        if tick and not chose and not work.frames and not ctx.follow_ups and not requests \
                 and not self.uow.database_was_away and self.inbox.qsize() == 0:
-            self._quiet, self._quiet_until = True, due  # nothing to do until a message or a timer
+            self.ticks.quiet_until(due)  # nothing to do until a message or a timer
         return Outcome(msg.id, status, result)
 
     def _keep_loop_state(self, body, result: dict | None, status: str) -> None:

@@ -114,6 +114,10 @@ class UnitOfWork:
             if work.frames is None:  # nothing recorded, or a duplicate: nothing changes
                 tx.rollback()
                 return
+            if not work.frames and message_id is None and work.outbox is None:
+                # A tick's heartbeat stamp alone (line_tracking): lost in a crash, the
+                # CONTROLLER_DOWN stop starts one heartbeat earlier; no WAL flush waited for.
+                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
             tx.commit()
         except Rejected:
             tx.rollback()

@@ -11,10 +11,12 @@ the open stretch and opens the next at the transaction's time, and is the event
 ``LineStateChanged``. ``PLANNED_DOWN`` and ``NOT_SCHEDULED`` are the calendar's
 (computed when asked, never written by a timer).
 
-A controller that was away: every loop transaction (a tick each second when
-idle) stamps the open stretch's ``seen_at``; when the loop starts, a stretch left
-open RUNNING or DOWN means an order was running when it went: ``DOWN`` with
-cause ``CONTROLLER_DOWN`` from that ``seen_at`` until now (a gap of less than
+A controller that was away: every loop transaction stamps the open stretch's
+``seen_at``, and while an order runs a tick does at least every
+``tick_gate.HEARTBEAT_SECONDS`` (5 s; a stamp alone commits without waiting for
+its WAL flush: ``unit_of_work``); when the loop starts, a stretch left open
+RUNNING or DOWN means an order was running when it went: ``DOWN`` with cause
+``CONTROLLER_DOWN`` from that ``seen_at`` until now (a gap of less than
 ``CONTROLLER_AWAY_SECONDS`` is a restart's and records nothing)."""
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from shared import serialize
 from .base import Rejected, StateBase
 
 CONTROLLER_DOWN = "CONTROLLER_DOWN"
-# An idle loop stamps the open stretch every second (its tick): a gap shorter than
-# this is a restart's, not an outage (nothing to tell it from the loop's own pace).
-CONTROLLER_AWAY_SECONDS = 3.0
+# A running line's loop stamps the open stretch at least every 5 s (its heartbeat tick,
+# on a 1 s timer): a gap shorter than this is that pace plus a restart's few seconds,
+# not an outage (nothing tells them apart).
+CONTROLLER_AWAY_SECONDS = 10.0
 _STRETCH = "id, state, cause, equipment_id, started_at, ended_at, seen_at, reason_code, comment, " \
            "assigned_by, assigned_at, split_from"
 

@@ -108,17 +108,16 @@ class Reads(StateBase):
     def overdue_tasks(self):
         return self._all("SELECT * FROM task WHERE status = 'RUNNING' AND deadline_at < now()")
 
-    def idle_until(self):
-        """For the tick: ``(idle, due)``. ``idle``: the line is ``IDLE`` and no machine
-        cycle is open (no heartbeat to stamp, no cycle to judge overdue); ``due``: the
-        first moment a timer falls due then (a shelf's end, a running task's
-        deadline), None for never."""
+    def timers(self):
+        """For the tick (``tick_gate.next_due``): ``(watched, shelf, deadline)``.
+        ``watched``: an order runs (the open line stretch is not ``IDLE``), so the
+        controller's heartbeat is stamped; the first shelved alarm's end and the
+        first running task's deadline, None for none."""
         row = self._one(
-            "SELECT coalesce((SELECT state = 'IDLE' FROM line_state_interval WHERE ended_at IS NULL), false)"
-            " AND NOT EXISTS (SELECT 1 FROM machine_cycle WHERE ended_at IS NULL) AS idle,"
-            " LEAST((SELECT min(shelved_until) FROM alarm WHERE status = 'SHELVED'),"
-            "       (SELECT min(deadline_at) FROM task WHERE status = 'RUNNING')) AS due")
-        return row.idle, row.due
+            "SELECT coalesce((SELECT state <> 'IDLE' FROM line_state_interval WHERE ended_at IS NULL), false)"
+            " AS watched, (SELECT min(shelved_until) FROM alarm WHERE status = 'SHELVED') AS shelf,"
+            " (SELECT min(deadline_at) FROM task WHERE status = 'RUNNING') AS deadline")
+        return row.watched, row.shelf, row.deadline
 
     def places_sent_work_since(self, moment, grace_seconds: float = 0.0) -> set[str | None]:
         """The machines (``None``: the buffer and the dock) that a task created or

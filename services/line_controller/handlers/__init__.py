@@ -30,6 +30,7 @@ class HandlerContext:
     requests: list[HardwareRequest] = field(default_factory=list)  # sent to the hardware
     follow_ups: list[EventLoopMessage] = field(default_factory=list)  # enqueued
     outcome: str | None = None  # None → HANDLED; STALE for a late worker result
+    cycle_bounds: list[datetime] = field(default_factory=list)  # a tick's open cycles' bounds to come
     target: tuple[str, str | None] = ("command", None)  # what a command's audit row names
     # A cycle this many times its cycleSeconds past its start is overdue (settings).
     cycle_overdue_factor: float = 3.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from .. import manual_actions as ma
 from .. import messages as m
 from ..machine_faults import stopped_pieces, suspend_stopped_cycles
@@ -23,7 +25,8 @@ def _overdue_cycles(ctx) -> None:
     """A machine whose cycle runs past ``cycle_overdue_factor`` × its cycleSeconds
     (a cycle that never reports done): an alarm and the operator's question
     (CYCLE_OVERDUE). Nothing moves by itself; the answer aborts the cycle first.
-    Only time the loop could hear the cycle's end counts (``ctx.heard_since``)."""
+    Only time the loop could hear the cycle's end counts (``ctx.heard_since``).
+    A bound not passed yet is left in ``ctx.cycle_bounds`` (when the tick is due)."""
     if ctx.recovering:
         return
     db = ctx.db
@@ -34,7 +37,10 @@ def _overdue_cycles(ctx) -> None:
             continue
         bound = ctx.cycle_overdue_factor * spec.cycle_seconds
         since = max(row.since, ctx.heard_since) if ctx.heard_since else row.since
-        if (db.now - since).total_seconds() <= bound or not stopped_pieces(db, row.equipment_id):
+        if (db.now - since).total_seconds() <= bound:
+            ctx.cycle_bounds.append(since + timedelta(seconds=bound))
+            continue
+        if not stopped_pieces(db, row.equipment_id):
             continue
         alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{row.equipment_id}: no cycle has ended for more than "
                                f"{bound:g} s ({ctx.cycle_overdue_factor:g} × its {spec.cycle_seconds:g} s cycle)",
