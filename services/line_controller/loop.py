@@ -240,6 +240,8 @@ class EventLoop(Outgoing, SchedulingRound):
                 requests = ctx.requests + (rounded[1] if rounded else [])
                 audit = self._audit(msg, ctx.target, status) if msg.category == m.COMMAND else None
                 work.close(msg if record else None, status=status, result=result, audit=audit)
+                if not tick and (rounded or not self._may_schedule()):  # (a round after the commit looks)
+                    self.ticks.look(work.db, self)  # the timers now: when a tick is due
                 staged = self._stage(work, requests)
             if work.duplicate:
                 self._discard(staged)
@@ -264,9 +266,8 @@ class EventLoop(Outgoing, SchedulingRound):
             self._enqueue(follow_up)
         self.outage_recheck.after(msg)
         chose = rounded[0] if rounded else self._round_after(msg)
-        if tick and not chose and not work.frames and not ctx.follow_ups and not requests \
-                and not self.uow.database_was_away and self.inbox.qsize() == 0:
-            self.ticks.quiet_until(due)  # nothing to do until a message or a timer
+        self.ticks.settle(due, tick=tick, changed=bool(chose or work.frames or requests),  # quiet until a timer
+                          calm=not ctx.follow_ups and not self.uow.database_was_away and self.inbox.qsize() == 0)
         return Outcome(msg.id, status, result)
 
     def _keep_loop_state(self, body, result: dict | None, status: str) -> None:

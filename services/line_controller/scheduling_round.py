@@ -54,6 +54,7 @@ class SchedulingRound:
             requests = self._choose(db)
             db.conn.exec_driver_sql("RELEASE SAVEPOINT linectl_round")
         except Exception as exc:
+            self.ticks.drop()
             del db.events[before:]  # rolled back to the savepoint: so are its events
             if database_away(exc):
                 raise  # the message is not recorded either: handled again
@@ -87,7 +88,9 @@ class SchedulingRound:
                 if work.db.events:  # nothing chosen: no transaction to record
                     work.close(None, status="HANDLED")
                     staged = self._stage(work, requests)
+                self.ticks.look(work.db, self)  # the timers after this round: when a tick is due
         except BaseException as exc:
+            self.ticks.drop()
             self._discard(staged)
             if not isinstance(exc, Rejected):
                 raise

@@ -56,19 +56,11 @@ def timer_ticks(harness, count):
             assert harness.loop.handle(new_message("ScheduleTick")).status == "HANDLED"
 
 
-def test_an_idle_lines_ticks_send_no_statement_until_a_message_comes(harness, statements):
+def test_an_idle_lines_ticks_send_no_statement(harness, statements):
     harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 2})  # created, not started: IDLE
-    timer_ticks(harness, 1)  # the look after the message
-    statements.clear()
+    statements.clear()  # (its round looked: no timer)
     timer_ticks(harness, 30)
     assert statements == []
-
-    order = harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 1})
-    assert harness.loop.tick_due()  # a message may have changed what is due
-    statements.clear()
-    timer_ticks(harness, 1)
-    assert statements  # it looked
-    assert harness.order(order["id"]).status == "CREATED"
 
 
 def test_a_quiet_line_ticks_again_when_a_shelf_ends(harness):
@@ -93,9 +85,8 @@ def test_a_running_lines_ticks_touch_the_database_only_for_its_heartbeat(harness
     clock = Clock(harness)
     _, (job, _) = harness.started_order(quantity=2)
     harness.on_equipment(job, "MC1", 1, buffer_slot=1)  # mid-cycle: 12 s, overdue after 36 s
-    timer_ticks(harness, 1)  # the look after the messages
-    statements.clear()
-    for second in range(1, 5):
+    statements.clear()  # (the last message's look: its heartbeat at 5 s)
+    for second in range(5):
         clock.at(second)
         timer_ticks(harness, 1)
     assert statements == [] and seen_at(harness) == clock.start
@@ -106,10 +97,22 @@ def test_a_running_lines_ticks_touch_the_database_only_for_its_heartbeat(harness
     assert len(commits) == 1 and seen_at(harness) == clock.now
     assert "SET LOCAL synchronous_commit = off" in statements  # a stamp alone: no flush waited for
     statements.clear()
+    statements.clear()
     clock.at(9)
     timer_ticks(harness, 1)
     assert statements == []  # quiet again until the next one, at 10 s
     clock.at(10)
+    timer_ticks(harness, 1)
+    assert seen_at(harness) == clock.now
+
+    clock.at(13)
+    harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 1})  # a message stamps it too
+    statements.clear()
+    for second in (14, 15, 16, 17):
+        clock.at(second)
+        timer_ticks(harness, 1)
+    assert statements == []  # no tick after the message: its look found the next heartbeat at 18 s
+    clock.at(18)
     timer_ticks(harness, 1)
     assert seen_at(harness) == clock.now
 
@@ -129,25 +132,42 @@ def test_an_open_cycle_is_found_overdue_on_time_by_a_quiet_line(harness, stateme
             raised = second
             assert "SET LOCAL synchronous_commit = off" not in statements  # its alarm waits for the flush
     assert raised == 13  # the first tick past the bound, as a tick each second would find it
-    assert [s for s in looked if s < 12] == [0, 5, 10]  # else only the heartbeat
+    assert [s for s in looked if s < 12] == [5, 10]  # else only the heartbeat
 
 
-def test_a_task_deadline_ends_the_quiet_on_time(harness):
+def test_a_task_a_messages_round_starts_ends_the_quiet_at_its_deadline(harness, statements):
     _, (job,) = harness.started_order(quantity=1)
     harness.on_buffer(job, 3)
     harness.loop.executor.timeout = 1.0
-    req = harness.act(Load(job, "MC2", 2))
+    harness.scheduler.queued.append(Load(job, "MC2", 2))
+    harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 1})  # its round starts the load
+    req = harness.hardware.requests[-1]
     deadline = harness.row("SELECT deadline_at FROM task WHERE id = :id", id=req.task_id).deadline_at
-    timer_ticks(harness, 1)
-    assert not harness.loop.tick_due()
+    assert not harness.loop.tick_due()  # known without a tick
+    statements.clear()
     while not harness.loop.tick_due():  # the timer's polls (the wall clock: a task's deadline is the database's)
         assert datetime.now(UTC) < deadline + timedelta(seconds=5), "the deadline never made a tick due"
         time.sleep(0.02)
-    assert datetime.now(UTC) >= deadline - timedelta(seconds=0.1)
+    assert statements == [] and datetime.now(UTC) >= deadline - timedelta(seconds=0.1)
     time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.01)  # now() past it, too
     timer_ticks(harness, 1)
     assert harness.next().message_id == f"timeout-{req.task_id}"
     assert harness.job(job).error_code == "ACTION_TIMEOUT"
+
+
+def test_a_message_leaves_the_next_tick_due_while_a_cycle_is_past_its_bound(harness):
+    """A message may have made a passed bound count (its pieces' start answered, say): the tick judges it."""
+    clock = Clock(harness)
+    _, (job,) = harness.started_order(quantity=1)
+    harness.on_equipment(job, "INSP1", 1, buffer_slot=1)  # 4 s cycle × 3: overdue past 12 s
+    clock.at(11)
+    harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 1})
+    assert not harness.loop.tick_due()
+    clock.at(13)
+    harness.ok("CreateOrder", {"productId": "SHAFT-B", "quantity": 1})
+    assert harness.loop.tick_due()
+    timer_ticks(harness, 1)
+    assert [a.code for a in harness.alarms()] == ["CYCLE_OVERDUE"]
 
 
 def test_a_restart_between_heartbeats_is_no_stop_and_an_outage_is_one_from_the_last_stamp(harness, engine, layout):

@@ -110,12 +110,12 @@ class Reads(StateBase):
 
     def timers(self):
         """For the tick (``tick_gate.next_due``): ``(watched, shelf, deadline)``.
-        ``watched``: an order runs (the open line stretch is not ``IDLE``), so the
-        controller's heartbeat is stamped; the first shelved alarm's end and the
+        ``watched``: an order runs (the line is not ``IDLE``: line_tracking), so
+        the controller's heartbeat is stamped; the first shelved alarm's end and the
         first running task's deadline, None for none."""
         row = self._one(
-            "SELECT coalesce((SELECT state <> 'IDLE' FROM line_state_interval WHERE ended_at IS NULL), false)"
-            " AS watched, (SELECT min(shelved_until) FROM alarm WHERE status = 'SHELVED') AS shelf,"
+            "SELECT EXISTS (SELECT 1 FROM work_order WHERE status = 'RUNNING') AS watched,"
+            " (SELECT min(shelved_until) FROM alarm WHERE status = 'SHELVED') AS shelf,"
             " (SELECT min(deadline_at) FROM task WHERE status = 'RUNNING') AS deadline")
         return row.watched, row.shelf, row.deadline
 

@@ -30,25 +30,34 @@ def _overdue_cycles(ctx) -> None:
     if ctx.recovering:
         return
     db = ctx.db
+    for equipment_id, spec, bound, passes in open_cycle_bounds(db, ctx.layout, ctx.cycle_overdue_factor,
+                                                               ctx.heard_since):
+        if db.now <= passes:
+            ctx.cycle_bounds.append(passes)
+            continue
+        if not stopped_pieces(db, equipment_id):
+            continue
+        alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{equipment_id}: no cycle has ended for more than "
+                               f"{bound:g} s ({ctx.cycle_overdue_factor:g} × its {spec.cycle_seconds:g} s cycle)",
+                               equipment_id=equipment_id,
+                               facts={"equipment_id": equipment_id, "bound_seconds": bound,
+                                      "factor": ctx.cycle_overdue_factor, "cycle_seconds": spec.cycle_seconds})
+        suspend_stopped_cycles(db, equipment_id, kind=ma.CYCLE_OVERDUE, alarm_id=alarm.id,
+                               reason=f"over {bound:g} s")
+
+
+def open_cycle_bounds(db, layout, factor: float, heard_since):
+    """Per machine with cycles open: (its id, spec, overdue bound in seconds, the
+    moment the bound passes). Its clock runs from its oldest open cycle's request
+    or its last cycle's end, and from no earlier than ``heard_since``."""
     for row in db.machines_without_progress():
         try:
-            spec = ctx.layout.equipment_by_id(row.equipment_id)
+            spec = layout.equipment_by_id(row.equipment_id)
         except KeyError:  # no longer in the layout
             continue
-        bound = ctx.cycle_overdue_factor * spec.cycle_seconds
-        since = max(row.since, ctx.heard_since) if ctx.heard_since else row.since
-        if (db.now - since).total_seconds() <= bound:
-            ctx.cycle_bounds.append(since + timedelta(seconds=bound))
-            continue
-        if not stopped_pieces(db, row.equipment_id):
-            continue
-        alarm = db.raise_alarm(ma.CYCLE_OVERDUE, f"{row.equipment_id}: no cycle has ended for more than "
-                               f"{bound:g} s ({ctx.cycle_overdue_factor:g} × its {spec.cycle_seconds:g} s cycle)",
-                               equipment_id=row.equipment_id,
-                               facts={"equipment_id": row.equipment_id, "bound_seconds": bound,
-                                      "factor": ctx.cycle_overdue_factor, "cycle_seconds": spec.cycle_seconds})
-        suspend_stopped_cycles(db, row.equipment_id, kind=ma.CYCLE_OVERDUE, alarm_id=alarm.id,
-                               reason=f"over {bound:g} s")
+        bound = factor * spec.cycle_seconds
+        since = max(row.since, heard_since) if heard_since else row.since
+        yield row.equipment_id, spec, bound, since + timedelta(seconds=bound)
 
 
 def step_timeout(evt: m.StepTimeout, ctx):
