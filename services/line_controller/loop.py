@@ -221,8 +221,7 @@ class EventLoop(Outgoing, SchedulingRound):
         """Handle one message to completion (also callable directly, serially, by tests)."""
         record = msg.type not in UNRECORDED
         tick = msg.type == "ScheduleTick"
-        if not tick:  # (also when handed in directly, not enqueued)
-            self.ticks.wake()
+        self.ticks.begin(tick)  # (also when handed in directly, not enqueued)
         try:
             body = msg.parse()
         except m.ValidationError as exc:

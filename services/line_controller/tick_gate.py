@@ -49,12 +49,18 @@ class TickGate:
         self.until: datetime | None = None
         self.looked = _UNSEEN  # what the last look after a message found (next_due)
         self.dropped = False  # the message's scheduling round was dropped: the next tick retries
+        self.ticking = False  # the message handled is a tick (it reads its own timers)
 
     def due(self) -> bool:
         if not self.quiet:
             return True
         now = self.uow.clock() if self.uow.clock else datetime.now(UTC)
         return self.until is not None and now >= self.until
+
+    def begin(self, tick: bool) -> None:
+        self.ticking = tick
+        if not tick:
+            self.wake()
 
     def wake(self) -> None:
         """Something may have changed (a message): the next tick looks again."""
@@ -65,7 +71,7 @@ class TickGate:
 
     def look(self, db, loop) -> None:
         """In a loop transaction after a message, once its changes are written."""
-        if self.dropped:
+        if self.dropped or self.ticking:
             return
         bounds = [] if loop.recovering else [
             passes for *_, passes in open_cycle_bounds(db, loop.layout, loop.cycle_overdue_factor,

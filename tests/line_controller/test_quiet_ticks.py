@@ -96,6 +96,7 @@ def test_a_running_lines_ticks_touch_the_database_only_for_its_heartbeat(harness
     timer_ticks(harness, 1)
     assert len(commits) == 1 and seen_at(harness) == clock.now
     assert "SET LOCAL synchronous_commit = off" in statements  # a stamp alone: no flush waited for
+    assert sum("AS watched" in sql for sql in statements) == 1  # the timers read once (not again by its round)
     statements.clear()
     statements.clear()
     clock.at(9)
