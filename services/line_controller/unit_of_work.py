@@ -36,6 +36,10 @@ LANDED_WAIT_SECONDS = 45.0
 LANDED_RETRY_SECONDS = 0.25
 
 
+# A kept connection not used for longer is checked before a transaction relies on it.
+KEPT_IDLE_CHECK_SECONDS = 1.0
+
+
 def database_away(exc: BaseException) -> bool:
     """The failure is the database's absence (a restart, a failover), not the
     handler's: the message was not handled and must be handled again."""
@@ -88,6 +92,7 @@ class UnitOfWork:
         # COMMIT can land on the server while its answer is lost): re-read first.
         self._counters_stale = False
         self._conn: Connection | None = None
+        self._used_at = 0.0  # monotonic: when the kept connection last began a transaction
         self.database_was_away = False  # a transaction or message met an absent database (the loop re-checks)
         # The transactions' time (None: the wall clock): a test plays a shift of hours in a second.
         self.clock = None
@@ -149,17 +154,26 @@ class UnitOfWork:
             log.warning("tx %s: its messages' wake-up failed (%s)", work.tx_id, type(exc).__name__)
 
     def _begin(self):
-        if self._conn is None or self._conn.closed or self._conn.invalidated:
-            self._conn = self.engine.connect()
-        try:
-            tx = self._conn.begin()
-            if self._counters_stale:
-                self.last_seq, self.last_tx = DBState(self._conn).last_seq_and_tx()
-                self._counters_stale = False
-            return self._conn, tx
-        except Exception:
-            self._conn = None
-            raise
+        # A quiet line sends no statement for seconds (no tick finds a dead connection
+        # first): a kept connection idle that long is checked by the transaction's first
+        # statement, and a server restarted meanwhile costs a new connection, not the message.
+        check = time.monotonic() - self._used_at > KEPT_IDLE_CHECK_SECONDS
+        self._used_at = time.monotonic()
+        while True:
+            if self._conn is None or self._conn.closed or self._conn.invalidated:
+                self._conn, check = self.engine.connect(), False  # the pool pings a checkout
+            try:
+                tx = self._conn.begin()
+                if check:
+                    self._conn.exec_driver_sql("SELECT 1")
+                if self._counters_stale:
+                    self.last_seq, self.last_tx = DBState(self._conn).last_seq_and_tx()
+                    self._counters_stale = False
+                return self._conn, tx
+            except Exception as exc:
+                self._conn = None
+                if not (check and database_away(exc)):
+                    raise
 
     def _abandon(self, tx) -> None:
         self.failed_transactions += 1
